@@ -1,0 +1,3 @@
+from caraml.cli import main
+
+raise SystemExit(main())

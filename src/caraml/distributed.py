@@ -1,0 +1,71 @@
+"""Data-parallel launch context: read from torchrun's variables, one process per device."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+    def all_reduce(self, value: float, op: str = "sum") -> float:
+        """One float reduced over all ranks (sum or max); the value itself when alone."""
+        if self.world_size == 1:
+            return value
+        import torch
+        import torch.distributed as dist
+
+        device = f"cuda:{self.local_rank}" if self.backend == "nccl" else "cpu"
+        t = torch.tensor([value], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return float(t.item())
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            self.all_reduce(0.0)
+
+
+def launch_env() -> DistContext:
+    """The ranks torchrun (or srun with the same variables) gave this process; no process group yet."""
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    return DistContext(
+        rank=int(env.get("RANK", "0")),
+        local_rank=int(env.get("LOCAL_RANK", "0")),
+        world_size=world,
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))),
+    )
+
+
+def init(ctx: DistContext, device_type: str) -> None:
+    """Start the process group: NCCL on GPUs, gloo on CPU."""
+    if ctx.world_size == 1:
+        return
+    import torch.distributed as dist
+
+    ctx.backend = "nccl" if device_type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=ctx.backend)
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.world_size == 1:
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()

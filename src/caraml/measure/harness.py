@@ -1,0 +1,165 @@
+"""The measurement harness: warm-up, then a timed steady-state window, for any workload's `step()`.
+
+It knows nothing about models. It turns steps into throughput (global units over the wall time
+of the measured window, slowest rank), step-time statistics, TFLOP/s, MFU and peak memory, and it
+stops cleanly at SIGTERM, SIGINT or SIGUSR2 (SLURM's warning signal), keeping what it measured.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from caraml.measure.timing import StepClock, summarize
+from caraml.params import Param
+
+HARNESS_PARAMS = [
+    Param("warmup_steps", int, 10, "steps run before measuring (compilation, autotuning); not timed as throughput",
+          minimum=1),
+    Param("measure_steps", int, 50, "steps in the measured window", minimum=1),
+    Param("measure_seconds", float, 0.0,
+          "if > 0, measure for about this long instead (step count fixed from the warm-up step time)", minimum=0.0),
+    Param("seed", int, 0, "random seed for weights and synthetic data", minimum=0),
+    Param("device", str, "auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu")),
+]
+
+STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s)
+
+
+@dataclass
+class Measurement:
+    phase: str = "setup"
+    warmup_times: list[float] = field(default_factory=list)
+    warmup_s: float = 0.0
+    step_times: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    steps: int = 0
+    stop_signal: str | None = None
+
+
+class StopRequested:
+    """Turns stop signals into a flag checked between steps; a second signal stops at once."""
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in STOP_SIGNALS:
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, _frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def say(message: str, dist) -> None:
+    if dist.is_main:
+        print(f"caraml: {message}", file=sys.stderr, flush=True)
+
+
+def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested, monitor=None) -> None:
+    """Warm up, then measure; fills `m` as it goes so an interruption keeps what was measured."""
+    sync = (lambda: __import__("torch").cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    m.phase = "warmup"
+    if monitor:
+        monitor.mark("warmup")
+    say(f"warm-up: {p['warmup_steps']} steps", dist)
+    start = time.perf_counter()
+    for _ in range(p["warmup_steps"]):
+        t0 = time.perf_counter()
+        bench.step()
+        sync()
+        m.warmup_times.append(time.perf_counter() - t0)
+        if stop.signal:
+            m.stop_signal = stop.signal
+            return
+    m.warmup_s = time.perf_counter() - start
+
+    steps = p["measure_steps"]
+    if p["measure_seconds"] > 0:
+        # Every rank must run the same number of steps: fix it from the slowest last warm-up step.
+        last = dist.all_reduce(m.warmup_times[-1], "max")
+        steps = max(1, int(p["measure_seconds"] / max(last, 1e-9)))
+    dist.barrier()
+    m.phase = "measure"
+    if monitor:
+        monitor.mark("measure")
+    say(f"measuring: {steps} steps", dist)
+    clock = StepClock(device.type, sync)
+    clock.start()
+    for _ in range(steps):
+        bench.step()
+        clock.tick()
+        m.steps += 1
+        if stop.signal:
+            m.stop_signal = stop.signal
+            break
+    m.wall_s, m.step_times = clock.stop()
+    m.phase = "done"
+    if monitor:
+        monitor.mark("done")
+
+
+def metrics(bench, p: dict, device, dist, m: Measurement, peak_tflops: float | None, unit: str,
+            interrupted: bool) -> dict:
+    """Throughput, step times, FLOP rates and memory from one measurement."""
+    if interrupted:
+        # Other ranks may be gone: no collectives. Rank 0's window stands for all, said so in the record.
+        wall, units = m.wall_s, bench.units_per_step * m.steps * dist.world_size
+    else:
+        wall = dist.all_reduce(m.wall_s, "max")
+        units = dist.all_reduce(float(bench.units_per_step * m.steps), "sum")
+    value = units / wall if wall > 0 and m.steps else None
+    steady = summarize(m.step_times)
+    first = m.warmup_times[0] if m.warmup_times else None
+    compile_s = None
+    if first is not None and steady and p.get("compile", "none") != "none":
+        compile_s = max(0.0, first - steady["median"]) + getattr(bench, "compile_setup_s", 0.0)
+    tflops = mfu = None
+    if value and bench.flops_per_unit:
+        tflops = bench.flops_per_unit * value / dist.world_size / 1e12
+        mfu = tflops / peak_tflops if peak_tflops else None
+    out = {
+        "throughput": {"value": value, "unit": f"{unit}/s"},
+        "units": units,
+        "measured_steps": m.steps,
+        "measured_time_s": wall,
+        "step_time_s": steady,
+        "warmup": {"steps": len(m.warmup_times), "time_s": m.warmup_s or sum(m.warmup_times),
+                   "first_step_s": first, "compile_s": compile_s},
+        "flops_per_unit": bench.flops_per_unit,
+        "flops_convention": bench.flops_convention,
+        "tflops_per_device": tflops,
+        "peak_tflops": peak_tflops,
+        "mfu": mfu,
+        "throughput_source": "rank 0 window x world size (interrupted)" if interrupted and dist.world_size > 1
+        else "all ranks",
+    }
+    out.update(memory(device))
+    return out
+
+
+def memory(device) -> dict:
+    import resource
+
+    out = {"peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+           "peak_memory_bytes": None}
+    if device.type == "cuda":
+        import torch
+
+        out["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+        out["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+    return out

@@ -1,0 +1,84 @@
+"""Step timing that never mixes warm-up into throughput and never reads a clock before the device is done.
+
+On CUDA each step is bracketed by events recorded on the stream, so timing adds no host
+synchronisation inside the measured window; the window's wall time is read on the host after
+one synchronisation at each end. On other devices the host clock is read after a synchronisation
+per step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+
+def summarize(samples: list[float]) -> dict[str, float | int] | None:
+    """Median and spread of step times (seconds); None when there are none."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+
+    def pct(q: float) -> float:  # linear interpolation between closest ranks
+        pos = q * (len(ordered) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered),
+        "p10": pct(0.10),
+        "p90": pct(0.90),
+        "mean": statistics.fmean(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+    }
+
+
+class StepClock:
+    """Per-step durations for one window, with device events where the device has them."""
+
+    def __init__(self, device_type: str, synchronize: Callable[[], None]):
+        self._sync = synchronize
+        self._cuda = device_type == "cuda"
+        self._events: list = []
+        self._host: list[float] = []
+        self._last = 0.0
+        self.wall_start = 0.0
+
+    def start(self) -> None:
+        self._sync()
+        self.wall_start = time.perf_counter()
+        if self._cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._events.append(event)
+        self._last = self.wall_start
+
+    def tick(self) -> None:
+        """Mark the end of one step."""
+        if self._cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._events.append(event)
+        else:
+            self._sync()
+            now = time.perf_counter()
+            self._host.append(now - self._last)
+            self._last = now
+
+    def stop(self) -> tuple[float, list[float]]:
+        """Wall time of the window (s) and each step's duration (s)."""
+        self._sync()
+        wall = time.perf_counter() - self.wall_start
+        if self._cuda:
+            ev = self._events
+            steps = [ev[i].elapsed_time(ev[i + 1]) / 1e3 for i in range(len(ev) - 1)]
+        else:
+            steps = list(self._host)
+        return wall, steps

@@ -1,0 +1,98 @@
+"""Parameters as data: each workload declares its parameters; `key=value` strings are parsed here.
+
+A parameter has a name, a type (int, float, bool, str), a default, optional choices and a help
+line. Parsing is strict: unknown keys, wrong types and values outside the choices raise
+`BadInput` with one line naming the key, the bad value and what would be right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from caraml.errors import BadInput
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+    choices: tuple | None = None
+    minimum: float | None = None
+    # A check that needs more than choices (e.g. a model name looked up in torchvision); it
+    # returns an error message or None. Run lazily so that parsing alone never imports torch.
+    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+
+    def parse(self, raw: Any, workload: str) -> Any:
+        value = self._convert(raw, workload)
+        if self.choices is not None and value not in self.choices:
+            raise BadInput(
+                f"{workload}: {self.name}={raw!s} is not valid; choose one of: "
+                + ", ".join(str(c) for c in self.choices)
+            )
+        if self.minimum is not None and value is not None and value < self.minimum:
+            raise BadInput(f"{workload}: {self.name}={raw!s} is too small; it must be >= {self.minimum:g}")
+        return value
+
+    def _convert(self, raw: Any, workload: str) -> Any:
+        if not isinstance(raw, str):
+            if self.type is float and isinstance(raw, int) and not isinstance(raw, bool):
+                return float(raw)
+            if isinstance(raw, self.type) and not (self.type is int and isinstance(raw, bool)):
+                return raw
+            raw = str(raw)
+        text = raw.strip()
+        try:
+            if self.type is bool:
+                low = text.lower()
+                if low in _TRUE:
+                    return True
+                if low in _FALSE:
+                    return False
+                raise ValueError
+            if self.type is int:
+                return int(text)
+            if self.type is float:
+                return float(text)
+            return text
+        except ValueError:
+            kind = {bool: "on/off (true/false, 1/0)", int: "an integer", float: "a number"}[self.type]
+            raise BadInput(f"{workload}: {self.name}={raw} is not {kind}") from None
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, str]:
+    """`["a=1", "b=x"]` -> `{"a": "1", "b": "x"}`; a missing `=` is bad input."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"parameter '{item}' is not of the form key=value (e.g. batch_size=64)")
+        out[key.strip()] = value
+    return out
+
+
+def resolve(
+    declared: list[Param], given: dict[str, Any], workload: str, preset: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Defaults, then the preset, then the user's values: every effective parameter, typed."""
+    by_name = {p.name: p for p in declared}
+    for key in given:
+        if key not in by_name:
+            raise BadInput(
+                f"{workload}: unknown parameter '{key}'; valid parameters: " + ", ".join(sorted(by_name))
+            )
+    values = {p.name: p.default for p in declared}
+    for source in (preset or {}, given):
+        for key, raw in source.items():
+            values[key] = by_name[key].parse(raw, workload)
+    for p in declared:
+        if p.check is not None and values[p.name] is not None:
+            message = p.check(values[p.name])
+            if message:
+                raise BadInput(f"{workload}: {p.name}={values[p.name]} {message}")
+    return values

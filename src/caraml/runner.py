@@ -1,0 +1,140 @@
+"""One flow from run spec to record: resolve parameters, pick device and system, measure, record, store."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from caraml import distributed, params as params_mod, systems, workloads
+from caraml.errors import BadInput
+from caraml.measure.harness import HARNESS_PARAMS, Measurement, StopRequested, metrics, run_steps, say
+from caraml.results import record as rec
+from caraml.results.store import Store
+
+
+@dataclass
+class RunSpec:
+    workload: str
+    params: dict[str, Any] = field(default_factory=dict)  # as given by the user (strings or values)
+    preset: str | None = None
+    system: str | None = None  # tag; None: detect
+    results: str = "caraml-results"
+
+
+def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
+    """Every effective parameter, typed and checked (imports no torch unless a check needs it)."""
+    wl = workloads.get(spec.workload)
+    preset = None
+    if spec.preset is not None:
+        if spec.preset not in wl.presets:
+            raise BadInput(f"{wl.name}: unknown preset '{spec.preset}'; choose one of: " + ", ".join(wl.presets))
+        preset = wl.presets[spec.preset]
+    values = params_mod.resolve(wl.params + HARNESS_PARAMS, spec.params, wl.name, preset)
+    return wl, values
+
+
+def _pick_device(choice: str, dist):
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise BadInput("device=cuda was asked for but torch sees no GPU; use device=cpu or device=auto")
+    if choice in ("cuda", "auto") and torch.cuda.is_available():
+        if dist.local_rank >= torch.cuda.device_count():
+            raise BadInput(f"local rank {dist.local_rank} has no GPU: only {torch.cuda.device_count()} visible")
+        torch.cuda.set_device(dist.local_rank)
+        return torch.device("cuda", dist.local_rank)
+    return torch.device("cpu")
+
+
+def execute(spec: RunSpec, monitor_factory=None) -> dict:
+    """Run one benchmark point; returns its record (saved by rank 0). BadInput propagates."""
+    from caraml.measure import env as env_mod
+
+    wl, values = resolve_params(spec)
+    dist = distributed.launch_env()
+    device = _pick_device(values["device"], dist)
+    tag = systems.get(spec.system)["tag"] if spec.system else systems.detect()
+    profile = systems.get(tag)
+    store = Store(spec.results)
+    if dist.is_main:
+        _check_writable(store)
+    distributed.init(dist, device.type)
+
+    started = rec.now()
+    cid = rec.config_id(wl.name, values, tag, dist.world_size, dist.nodes)
+    record: dict[str, Any] = {
+        "schema": rec.SCHEMA_VERSION, "id": cid, "run_id": rec.run_id(cid, started), "workload": wl.name,
+        "status": "failed", "preset": spec.preset, "params": values,
+        "system": {"tag": tag, "detected": spec.system is None, "profile": profile},
+        "launch": {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
+                   "backend": dist.backend, "launcher": "torchrun" if dist.world_size > 1 else "single",
+                   "device": str(device)},
+        "metrics": {}, "env": env_mod.collect(), "started_at": started, "finished_at": None, "error": None,
+    }
+    say(f"{wl.name} on {tag} ({device}, {dist.world_size} process{'es' if dist.world_size > 1 else ''}): "
+        + ", ".join(f"{k}={v}" for k, v in values.items() if k in _HEADLINE), dist)
+
+    m = Measurement()
+    bench = None
+    monitor = monitor_factory(record) if monitor_factory else None
+    with StopRequested() as stop:
+        try:
+            if monitor:
+                monitor.start()
+            bench = wl.build(values, device, dist)
+            run_steps(bench, values, device, dist, m, stop, monitor)
+            record["status"] = "interrupted" if m.stop_signal else "ok"
+            if m.stop_signal:
+                record["error"] = f"stopped by {m.stop_signal} during {m.phase}"
+        except BadInput:
+            raise
+        except KeyboardInterrupt:
+            record["status"] = "interrupted"
+            record["error"] = f"interrupted during {m.phase}"
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a record
+            oom = _is_oom(exc)
+            record["status"] = "oom" if oom else "failed"
+            record["error"] = f"{type(exc).__name__}: {exc}".strip()[:4000]
+            record["traceback"] = traceback.format_exc()[-8000:]
+        finally:
+            if monitor:
+                record["metrics"]["energy"] = monitor.stop()
+
+    if bench is not None:
+        interrupted = record["status"] != "ok"
+        peak = systems.peak_tflops(profile, values.get("precision", "fp32"))
+        if m.steps or m.warmup_times:
+            record["metrics"].update(metrics(bench, values, device, dist, m, peak, wl.unit, interrupted))
+        record["metrics"].update(bench.details())
+        bench.close()
+    record["metrics"].setdefault("energy", {"total_wh": None, "available": False,
+                                            "reason": "no power monitor was attached to this run"})
+    record["finished_at"] = rec.now()
+    if dist.is_main:
+        record["path"] = str(store.save(record))
+    if record["status"] == "ok":
+        distributed.shutdown(dist)
+    return record
+
+
+_HEADLINE = ("model", "batch_size", "precision", "compile", "compile_mode", "channels_last", "data", "image_size")
+
+
+def _check_writable(store: Store) -> None:
+    try:
+        store.runs.mkdir(parents=True, exist_ok=True)
+        probe = store.runs / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"results directory {store.root} cannot be written: {exc.strerror}") from None
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text

@@ -1,0 +1,40 @@
+"""The workload registry: a name maps to a module that defines `WORKLOAD`.
+
+Modules are imported only when asked for, and declaring a workload's parameters never imports
+torch, so that listing, validation and sweep expansion stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from caraml.errors import BadInput
+from caraml.params import Param
+
+REGISTRY = {
+    "image_classification": "caraml.workloads.image_classification",
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    unit: str  # what throughput counts, per second: "images", "tokens", "timesteps"
+    params: list[Param]
+    presets: dict[str, dict[str, Any]]
+    build: Callable[..., Any]  # (params, device, dist) -> Bench
+    description: str = ""
+    default_preset: str | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def get(name: str) -> Workload:
+    if name not in REGISTRY:
+        raise BadInput(f"unknown workload '{name}'; choose one of: " + ", ".join(names()))
+    return importlib.import_module(REGISTRY[name]).WORKLOAD

@@ -1,0 +1,40 @@
+"""Shared helpers: run the real `caraml` command in a subprocess, from this source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def cli_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "2")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def caraml(*args, timeout=300, env=None, check=None) -> subprocess.CompletedProcess:
+    """`python -m caraml ARGS` with this tree's sources; returns the finished process."""
+    proc = subprocess.run([sys.executable, "-m", "caraml", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env or cli_env())
+    if check is not None:
+        assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def records_in(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((results / "runs").glob("*.json"))]
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    return tmp_path / "results"
