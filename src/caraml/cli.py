@@ -129,7 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # key=value pairs may come before or after options (`run W --preset smoke batch_size=8`).
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "params") and all("=" in e and not e.startswith("-") for e in extra):
+        args.params = list(args.params) + extra
+    elif extra:
+        parser.error("unrecognized arguments: " + " ".join(extra))
     try:
         return args.func(args)
     except BadInput as exc:

@@ -54,6 +54,8 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
     wl, values = resolve_params(spec)
     dist = distributed.launch_env()
     device = _pick_device(values["device"], dist)
+    if wl.check_device:
+        wl.check_device(values, device)
     tag = systems.get(spec.system)["tag"] if spec.system else systems.detect()
     profile = systems.get(tag)
     store = Store(spec.results)
@@ -137,4 +139,4 @@ def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     text = str(exc)
-    return "out of memory" in text.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in text
+    return any(s in text for s in ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "can't allocate memory", "HIP out of memory"))

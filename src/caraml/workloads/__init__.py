@@ -25,6 +25,7 @@ class Workload:
     params: list[Param]
     presets: dict[str, dict[str, Any]]
     build: Callable[..., Any]  # (params, device, dist) -> Bench
+    check_device: Callable[..., None] | None = None  # (params, device): BadInput if it can't run there
     description: str = ""
     default_preset: str | None = None
     notes: dict[str, str] = field(default_factory=dict)

@@ -129,23 +129,23 @@ def _logits(out):
     return out
 
 
-class SyntheticImages:
-    """Infinite batches of random uint8 images and labels made on the host (like FakeData, per batch)."""
+def synthetic_images(batch_size: int, image_size: int, num_classes: int, seed: int):
+    """A dataset of infinite batches of random uint8 images and labels made on the host (like FakeData)."""
+    from torch.utils.data import IterableDataset
 
-    def __init__(self, batch_size: int, image_size: int, num_classes: int, seed: int):
-        self.shape = (batch_size, 3, image_size, image_size)
-        self.num_classes = num_classes
-        self.seed = seed
+    class SyntheticImages(IterableDataset):
+        def __iter__(self):
+            import torch
+            from torch.utils.data import get_worker_info
 
-    def __iter__(self):
-        import torch
-        from torch.utils.data import get_worker_info
+            info = get_worker_info()
+            gen = torch.Generator().manual_seed(seed * 1000 + (info.id if info else 0))
+            shape = (batch_size, 3, image_size, image_size)
+            while True:
+                yield (torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
+                       torch.randint(0, num_classes, (batch_size,), generator=gen))
 
-        info = get_worker_info()
-        gen = torch.Generator().manual_seed(self.seed * 1000 + (info.id if info else 0))
-        while True:
-            yield (torch.randint(0, 256, self.shape, dtype=torch.uint8, generator=gen),
-                   torch.randint(0, self.num_classes, (self.shape[0],), generator=gen))
+    return SyntheticImages()
 
 
 class Bench:
@@ -192,7 +192,7 @@ class Bench:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                        broadcast_buffers=False, gradient_as_bucket_view=True)
+                        gradient_as_bucket_view=True)
         self.model = model
         self._train = self._train_step
         if p["compile"] in ("inductor", "aot_eager"):
@@ -225,7 +225,7 @@ class Bench:
             return None
         from torch.utils.data import DataLoader
 
-        source = SyntheticImages(p["batch_size"], p["image_size"], p["num_classes"], p["seed"] + self.dist.rank)
+        source = synthetic_images(p["batch_size"], p["image_size"], p["num_classes"], p["seed"] + self.dist.rank)
         loader = DataLoader(source, batch_size=None, num_workers=p["workers"],
                             pin_memory=self.device.type == "cuda",
                             persistent_workers=p["workers"] > 0,
@@ -278,6 +278,7 @@ WORKLOAD = Workload(
     params=PARAMS,
     presets=PRESETS,
     build=build,
+    check_device=lambda p, device: check_precision(p["precision"], device),
     description="Image-classification training (torchvision models, ResNet50 by default), synthetic data",
     default_preset=None,
 )

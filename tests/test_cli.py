@@ -1,0 +1,83 @@
+"""The command's cheap parts: help without torch, systems, env, result listing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import caraml, cli_env
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from caraml.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
+    assert out.stdout.strip() == "False"
+    proc = caraml("--help", check=0)
+    for command in ("run", "result", "systems", "env"):
+        assert command in proc.stdout
+
+
+def test_systems_lists_every_caraml_tag():
+    proc = caraml("systems", check=0)
+    for tag in ("A100", "MILA", "H100", "WAIH100", "GH200", "JUPITER", "MI300X", "MI300A", "MI250", "GC200",
+                "H200", "CPU"):
+        assert f"\n{tag} " in "\n" + proc.stdout
+    h200 = json.loads(caraml("systems", "H200", check=0).stdout)
+    assert h200["peak_tflops"]["bf16"] == pytest.approx(989.4)
+    assert h200["power_methods"] == ["nvml"] and h200["site"]["container_image"]
+
+
+def test_site_overrides_profile(tmp_path):
+    (tmp_path / "H100.toml").write_text('[site]\npartition = "booster"\naccount = "myproj"\n')
+    env = cli_env(CARAML_SYSTEMS_PATH=str(tmp_path))
+    h100 = json.loads(caraml("systems", "H100", env=env, check=0).stdout)
+    assert h100["site"]["partition"] == "booster" and h100["site"]["account"] == "myproj"
+    assert h100["peak_tflops"]["bf16"] == 756.0  # untouched keys stay
+
+
+def test_device_name_detection():
+    from caraml import systems
+
+    assert systems.match_device_name("NVIDIA H200") == "H200"
+    assert systems.match_device_name("NVIDIA H100 PCIe") == "H100"
+    assert systems.match_device_name("NVIDIA A100-SXM4-80GB") == "MILA"
+    assert systems.match_device_name("NVIDIA A100-SXM4-40GB") == "A100"
+    assert systems.match_device_name("NVIDIA GH200 120GB") == "JUPITER"
+    assert systems.match_device_name("AMD Instinct MI300X") == "MI300X"
+    assert systems.match_device_name("Tesla K80") is None
+
+
+def test_env_manifest():
+    env = json.loads(caraml("env", check=0).stdout)
+    for key in ("python", "torch", "torchvision", "hostname", "cpu", "devices", "git_commit", "slurm"):
+        assert key in env
+
+
+def test_result_over_several_records(results):
+    for params in (("batch_size=4",), ("batch_size=8", "precision=bf16")):
+        caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", *params,
+               "--results", results, check=0)
+    table = caraml("result", "--results", results, check=0).stdout
+    assert table.count("image_classification") == 2 and "images/s" in table
+    rows = list(csv.DictReader(io.StringIO(caraml("result", "--results", results, "--format", "csv",
+                                                  check=0).stdout)))
+    assert sorted(int(r["batch_size"]) for r in rows) == [4, 8]
+    assert all(float(r["throughput"]) > 0 and r["status"] == "ok" for r in rows)
+    records = json.loads(caraml("result", "--results", results, "--format", "json", check=0).stdout)
+    assert isinstance(records, list) and len(records) == 2 and all("params" in r for r in records)
+    md = caraml("result", "--results", results, "--format", "markdown", check=0).stdout
+    assert md.startswith("| workload |") and md.count("\n") == 4
+    # the SQLite index agrees with the files
+    from caraml.results.store import Store
+
+    assert len(Store(results).query("SELECT run_id FROM runs WHERE status='ok'")) == 2
+
+
+def test_result_without_records_is_bad_input(tmp_path):
+    proc = caraml("result", "--results", tmp_path / "empty", check=2)
+    assert "no run records" in proc.stderr

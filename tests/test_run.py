@@ -1,0 +1,164 @@
+"""`caraml run` end to end on the CPU with real torch: records, precisions, compilers, failures, DDP."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from caraml.results.record import validate
+from conftest import ROOT, caraml, cli_env, records_in
+
+SMOKE = ("run", "image_classification", "--preset", "smoke")
+
+
+def run_json(results, *params, check=0, timeout=300):
+    proc = caraml(*SMOKE, *params, "--results", results, "--json", check=check, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, f"stdout must hold exactly one JSON record, got:\n{proc.stdout}"
+    return json.loads(lines[0]), proc
+
+
+def test_smoke_run_produces_complete_record(results):
+    record, proc = run_json(results)
+    assert validate(record) == []
+    assert record["status"] == "ok" and record["error"] is None
+    p, m = record["params"], record["metrics"]
+    # every effective parameter, defaults included, typed
+    assert p["model"] == "resnet18" and p["batch_size"] == 16 and p["channels_last"] is False
+    assert p["momentum"] == 0.9 and p["measure_steps"] == 8 and p["warmup_steps"] == 2
+    assert record["system"]["tag"] == "CPU" and record["system"]["detected"] is True
+    assert record["launch"]["world_size"] == 1
+    assert m["measured_steps"] == 8 and m["step_time_s"]["n"] == 8
+    assert m["step_time_s"]["p10"] <= m["step_time_s"]["median"] <= m["step_time_s"]["p90"]
+    # throughput is units over the measured wall time
+    assert m["throughput"]["unit"] == "images/s"
+    assert m["throughput"]["value"] == pytest.approx(16 * 8 / m["measured_time_s"], rel=1e-6)
+    # FLOPs of resnet18 at 64x64: about 3 x forward (1.82 GMAC x 2 at 224^2, scaled by (64/224)^2)
+    fwd = 2 * 1.82e9 * (64 / 224) ** 2
+    assert 2.5 * fwd < m["flops_per_unit"] < 3.3 * fwd
+    assert m["tflops_per_device"] == pytest.approx(m["flops_per_unit"] * m["throughput"]["value"] / 1e12)
+    assert m["mfu"] is None  # the CPU profile has no peak rate
+    assert record["env"]["torch"] and record["env"]["hostname"]
+    # the record on disk is the one printed, and the index knows it
+    saved = records_in(results)
+    assert [r["run_id"] for r in saved] == [record["run_id"]]
+    assert "caraml: measuring" in proc.stderr
+
+
+def test_same_configuration_same_id_different_run_id(results):
+    a, _ = run_json(results, "measure_steps=2")
+    b, _ = run_json(results, "measure_steps=2")
+    c, _ = run_json(results, "measure_steps=3")
+    assert a["id"] == b["id"] != c["id"]
+    assert a["run_id"] != b["run_id"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precisions_on_cpu(results, precision):
+    record, _ = run_json(results, f"precision={precision}", "image_size=32", "batch_size=4", "measure_steps=2")
+    assert record["status"] == "ok" and record["params"]["precision"] == precision
+
+
+@pytest.mark.parametrize("extra", [
+    ("compile=trace", "precision=bf16", "channels_last=on"),
+    ("compile=aot_eager",),
+    ("data=synthetic-host", "workers=2"),
+])
+def test_compile_and_data_paths(results, extra):
+    record, _ = run_json(results, *extra, "image_size=32", "measure_steps=3")
+    assert record["status"] == "ok", record["error"]
+    if "compile=trace" in extra or "compile=aot_eager" in extra:
+        assert record["metrics"]["warmup"]["compile_s"] is not None
+
+
+def test_inductor_whole_step(results):
+    record, _ = run_json(results, "model=alexnet", "image_size=64", "compile=inductor", "compile_scope=step",
+                         "measure_steps=3", timeout=600)
+    assert record["status"] == "ok", record["error"]
+    assert record["metrics"]["warmup"]["compile_s"] > 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("run", "nosuch"), "unknown workload 'nosuch'; choose one of: image_classification"),
+    (("run", "image_classification", "model=resnet5"), "model=resnet5 is not a torchvision classification model"),
+    (("run", "image_classification", "precision=fp64"), "precision=fp64 is not valid; choose one of: fp32, tf32"),
+    (("run", "image_classification", "compile_mode=fast"), "compile_mode=fast is not valid; choose one of: default"),
+    (("run", "image_classification", "batch_size=big"), "batch_size=big is not an integer"),
+    (("run", "image_classification", "batch_size=0"), "batch_size=0 is too small"),
+    (("run", "image_classification", "channels_last=maybe"), "channels_last=maybe is not on/off"),
+    (("run", "image_classification", "colour=red"), "unknown parameter 'colour'; valid parameters:"),
+    (("run", "image_classification", "batch_size"), "'batch_size' is not of the form key=value"),
+    (("run", "image_classification", "--preset", "huge"), "unknown preset 'huge'; choose one of: smoke, default"),
+    (("run", "image_classification", "--system", "B200"), "unknown system 'B200'; known systems: A100"),
+    (("run", "image_classification", "--preset", "smoke", "precision=tf32"), "precision=tf32 exists only on"),
+    (("run", "image_classification", "--preset", "smoke", "device=cuda"), "device=cuda was asked for"),
+    (("run", "image_classification", "--frobnicate"), "unrecognized arguments: --frobnicate"),
+])
+def test_bad_input_is_one_line_exit_2(results, args, needle):
+    proc = caraml(*args, "--results", results, check=2)
+    lines = proc.stderr.strip().splitlines()
+    assert needle in lines[-1], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len([line for line in lines if line.startswith("caraml")]) == 1
+    assert not (results / "runs").exists() or not list((results / "runs").glob("*.json"))
+
+
+def test_out_of_memory_is_recorded(results):
+    # 10^6 images of 224^2 need 600 GB: the allocator refuses, the run records `oom` with its parameters.
+    record, _ = run_json(results, "batch_size=1000000", "image_size=224", check=1)
+    assert record["status"] == "oom"
+    assert "allocate" in record["error"]
+    assert record["params"]["batch_size"] == 1000000
+    assert records_in(results)[0]["status"] == "oom"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_during_measurement_keeps_what_was_measured(results, sig):
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", *SMOKE, "measure_steps=100000", "--results",
+                             str(results), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env())
+    deadline = time.time() + 120
+    seen = ""
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        seen += line
+        if "measuring" in line:
+            break
+    time.sleep(2.0)  # some measured steps
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, seen + err
+    record = json.loads(out)
+    assert record["status"] == "interrupted"
+    assert signal.Signals(sig).name in record["error"]
+    assert record["metrics"]["measured_steps"] > 0
+    assert record["metrics"]["throughput"]["value"] > 0
+    assert records_in(results)[0]["status"] == "interrupted"
+
+
+def test_ddp_two_processes_under_torchrun(results):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+           "-m", "caraml", *SMOKE, "measure_steps=4", "--results", str(results), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, "only rank 0 prints, and only the record"
+    record = json.loads(lines[0])
+    m = record["metrics"]
+    assert record["launch"]["world_size"] == 2 and record["launch"]["backend"] == "gloo"
+    assert m["global_batch_size"] == 32
+    assert m["units"] == 2 * 16 * 4  # both ranks' images
+    assert m["throughput"]["value"] == pytest.approx(m["units"] / m["measured_time_s"], rel=1e-6)
+    assert len(records_in(results)) == 1, "rank 0 writes the one record"
+
+
+def test_measure_seconds_fixes_step_count(results):
+    record, _ = run_json(results, "measure_seconds=1.5", "measure_steps=1")
+    m = record["metrics"]
+    assert m["measured_steps"] > 1
+    assert 0.5 < m["measured_time_s"] < 6
