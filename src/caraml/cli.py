@@ -23,7 +23,9 @@ def _run(args) -> int:
 
     spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
                    system=args.system, results=args.results)
-    record = execute(spec)
+    from caraml.power.run import monitor_factory
+
+    record = execute(spec, monitor_factory=monitor_factory)
     from caraml.distributed import launch_env
 
     if launch_env().is_main:
