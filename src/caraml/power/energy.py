@@ -182,6 +182,8 @@ def combine(nodes: list[dict], units: float | None = None, unit: str | None = No
         return (d.get("phases", {}).get(phase) or {}).get("energy_j")
 
     def total(phase):
+        if any(not d.get("available") for d in counted):
+            return None  # a device that stopped reading mid-run would be under-counted
         values = [energy(d, phase) for d in counted]
         return sum(values) / J_PER_WH if values and all(v is not None for v in values) else None
 
