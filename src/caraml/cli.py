@@ -23,7 +23,9 @@ def _run(args) -> int:
 
     spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
                    system=args.system, results=args.results)
-    record = execute(spec)
+    from caraml.power.run import monitor_factory
+
+    record = execute(spec, monitor_factory=monitor_factory)
     from caraml.distributed import launch_env
 
     if launch_env().is_main:
@@ -94,6 +96,12 @@ def _workloads(args) -> int:
     return 0
 
 
+def _power(args) -> int:
+    from caraml.power.command import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="caraml", description="Benchmarks of AI workloads on accelerators: throughput and energy.")
     parser.add_argument("--version", action="version", version=f"caraml {__import__('caraml').__version__}")
@@ -121,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="print the environment manifest (versions, devices, driver, host)")
     env.set_defaults(func=_env)
+
+    power = sub.add_parser("power", help="run any command under the power monitor and report its energy",
+                           description="Run CMD under the power monitor: caraml power [options] -- CMD ...")
+    power.add_argument("--methods", default="auto", help="auto, or a comma list of nvml,amd,grace,rapl,ipu")
+    power.add_argument("--interval-ms", type=float, default=100.0, help="sampling interval (default: %(default)g)")
+    power.add_argument("--out", default="caraml-power", help="folder for the time series and energy.json "
+                       "(default: %(default)s)")
+    power.add_argument("--format", default="csv", choices=("csv", "hdf5", "parquet"), help="time-series file format")
+    power.add_argument("--idle-baseline-s", type=float, default=0.0, help="seconds of idle power sampled first")
+    power.add_argument("--system", help="system profile whose power_methods 'auto' uses (default: all methods)")
+    power.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
+    power.set_defaults(func=_power)
 
     wls = sub.add_parser("workloads", help="list workloads with their parameters and presets")
     wls.add_argument("name", nargs="?")

@@ -79,7 +79,7 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
 
     m = Measurement()
     bench = None
-    monitor = monitor_factory(record) if monitor_factory else None
+    monitor = monitor_factory(record, store.runs) if monitor_factory else None
     with StopRequested() as stop:
         try:
             if monitor:
@@ -101,7 +101,9 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
             record["traceback"] = traceback.format_exc()[-8000:]
         finally:
             if monitor:
-                record["metrics"]["energy"] = monitor.stop()
+                energy = monitor.stop()  # at once: sampling must end with the run
+                if energy is not None:
+                    record["metrics"]["energy"] = energy
 
     if bench is not None:
         interrupted = record["status"] != "ok"
@@ -110,6 +112,8 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
             record["metrics"].update(metrics(bench, values, device, dist, m, peak, wl.unit, interrupted))
         record["metrics"].update(bench.details())
         bench.close()
+    if monitor and hasattr(monitor, "finish"):  # energy needs the units of the measured window
+        record["metrics"]["energy"] = monitor.finish(record["metrics"], dist, gather=record["status"] == "ok")
     record["metrics"].setdefault("energy", {"total_wh": None, "available": False,
                                             "reason": "no power monitor was attached to this run"})
     record["finished_at"] = rec.now()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from caraml.measure.timing import StepClock, summarize
 from caraml.params import Param
+from caraml.power.run import PARAMS as POWER_PARAMS
 
 HARNESS_PARAMS = [
     Param("warmup_steps", int, 10, "steps run before measuring (compilation, autotuning); not timed as throughput",
@@ -23,7 +24,7 @@ HARNESS_PARAMS = [
           "if > 0, measure for about this long instead (step count fixed from the warm-up step time)", minimum=0.0),
     Param("seed", int, 0, "random seed for weights and synthetic data", minimum=0),
     Param("device", str, "auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu")),
-]
+] + POWER_PARAMS
 
 STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s)
 

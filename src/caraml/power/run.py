@@ -1,0 +1,114 @@
+"""The power monitor inside `caraml run`: one monitor per node (local rank 0 samples), energy combined on
+rank 0 after throughput is known, and never a reason for the benchmark itself to fail."""
+
+from __future__ import annotations
+
+import traceback
+
+from caraml.errors import BadInput
+from caraml.params import Param
+from caraml.power import backends, energy as energy_mod
+from caraml.power.monitor import Monitor, check_interval, resolve_methods
+
+
+def _check_methods(value: str) -> str | None:
+    if value == "off":
+        return None
+    try:
+        resolve_methods(value)
+    except BadInput:
+        return "is not a power method; use auto, off or a comma list of: " + ", ".join(backends.METHODS)
+    return None
+
+
+PARAMS = [
+    Param("power", str, "auto", "power measurement: auto (the system's methods the machine has), off, or a comma "
+          "list of " + "|".join(backends.METHODS), check=_check_methods),
+    Param("power_interval_ms", float, 100.0, "power sampling interval in ms", minimum=1.0),
+    Param("idle_baseline_s", float, 0.0, "seconds of idle power sampled before the run (0: none)", minimum=0.0),
+]
+
+
+def monitor_factory(record: dict, runs_dir=None) -> "RunMonitor | None":
+    if record["params"].get("power", "auto") == "off":
+        return None
+    return RunMonitor(record, runs_dir)
+
+
+class RunMonitor:
+    """start / mark / stop as the harness calls them; finish() gives the record's metrics.energy."""
+
+    def __init__(self, record: dict, runs_dir=None):
+        from caraml.distributed import launch_env
+
+        p = record["params"]
+        self.dist = launch_env()
+        self.failure: str | None = None
+        self.node: dict | None = None
+        self.sampler: Monitor | None = None
+        if self.dist.local_rank != 0:
+            return  # one monitor per node: local rank 0's covers all devices of the node
+        check_interval(p.get("power_interval_ms", 100.0))
+        self.sampler = Monitor(p.get("power", "auto"), p.get("power_interval_ms", 100.0),
+                               out_dir=str(runs_dir) if runs_dir else None, name=f"{record['run_id']}.power",
+                               profile_methods=(record["system"].get("profile") or {}).get("power_methods"),
+                               idle_baseline_s=p.get("idle_baseline_s", 0.0), phase="setup")
+
+    def start(self) -> None:
+        if self.sampler is None:
+            return
+        try:
+            self.sampler.start()
+        except BadInput:
+            self.sampler.stop()
+            raise
+        except Exception as exc:  # noqa: BLE001 - the benchmark runs on without energy
+            self.failure = f"monitor failed to start: {type(exc).__name__}: {exc}"
+
+    def mark(self, phase: str) -> None:
+        if self.sampler is not None and self.failure is None:
+            try:
+                self.sampler.mark(phase)
+            except Exception as exc:  # noqa: BLE001
+                self.failure = f"monitor failed at {phase}: {exc}"
+
+    def stop(self) -> None:
+        if self.sampler is None:
+            return None
+        try:
+            self.node = self.sampler.stop()
+        except Exception as exc:  # noqa: BLE001
+            self.node = {"available": False, "host": self.sampler.host, "reason": f"monitor failed to stop: {exc}",
+                         "traceback": traceback.format_exc()[-2000:]}
+        if self.failure:
+            self.node = {"available": False, "host": self.sampler.host, "reason": self.failure}
+        return None
+
+    def finish(self, metrics: dict, dist, gather: bool) -> dict:
+        """The record's metrics.energy, from every node's summary (gathered when all ranks finished)."""
+        try:
+            return self._finish(metrics, dist, gather)
+        except Exception as exc:  # noqa: BLE001 - energy is reported, never fatal
+            return {"available": False, "total_wh": None,
+                    "reason": f"energy unavailable: combining failed: {type(exc).__name__}: {exc}"}
+
+    def _finish(self, metrics: dict, dist, gather: bool) -> dict:
+        node = self.node if self.sampler is not None else None
+        nodes, partial = [node] if node else [], None
+        if dist.world_size > 1:
+            if gather:
+                import torch.distributed as tdist
+
+                everyone: list = [None] * dist.world_size
+                tdist.all_gather_object(everyone, node)
+                nodes = [n for n in everyone if n]
+            else:
+                partial = "only this rank's node: the run did not finish on all ranks, so nothing was gathered"
+        if not nodes:
+            return {"available": False, "total_wh": None,
+                    "reason": "energy unavailable: no monitor ran on this process's node"}
+        unit = ((metrics.get("throughput") or {}).get("unit") or "").removesuffix("/s") or None
+        result = energy_mod.combine(nodes, metrics.get("units"), unit, window="measure")
+        if partial:
+            result["partial"] = partial
+        return result

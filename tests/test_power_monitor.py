@@ -1,0 +1,144 @@
+"""The monitor process on generated trees: phases, a backend dying mid-run, a killed or hung monitor,
+the `caraml power` command, and `caraml run` with the monitor attached."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from caraml.errors import BadInput
+from caraml.power import Monitor, measure
+from conftest import caraml, cli_env, records_in
+from power_trees import grace_tree, rapl_tree, set_energy
+
+
+def test_phases_get_counter_energy_exactly(tmp_path):
+    base = rapl_tree(tmp_path / "sys", energy_uj=0)
+    mon = Monitor("rapl", interval_ms=20, out_dir=str(tmp_path / "out"), root=str(tmp_path / "sys")).start()
+    assert mon.failure is None
+    time.sleep(0.2)
+    set_energy(base, "intel-rapl:0", 3_000_000)       # 3 J during setup
+    mon.mark("measure")
+    time.sleep(0.2)
+    set_energy(base, "intel-rapl:0", 3_000_000 + 7_200_000)   # 7.2 J during measure = 0.002 Wh
+    time.sleep(0.1)
+    mon.mark("done")
+    time.sleep(0.1)
+    energy = mon.energy(units=50, unit="images")
+    assert energy["available"] and energy["source"] == "counter"
+    pkg = next(d for d in energy["devices"] if d["uuid"] == "package-0")
+    assert pkg["phases"]["setup"] == pytest.approx(3 / 3600)
+    assert pkg["phases"]["measure"] == pytest.approx(7.2 / 3600)
+    assert energy["total_wh"] == pytest.approx(7.2 / 3600)       # other zones did not move
+    assert energy["units_per_wh"] == pytest.approx(50 / (7.2 / 3600))
+    series = tmp_path / "out" / f"power.{os.uname().nodename}.csv"
+    lines = series.read_text().splitlines()
+    assert lines[0] == "time_s,phase,host,backend,device,uuid,power_w,energy_j"
+    assert {line.split(",")[1] for line in lines[1:]} == {"setup", "measure", "done"}
+
+
+def test_backend_dying_mid_run_leaves_energy_unavailable_with_reason(tmp_path):
+    grace_tree(tmp_path / "sys")
+    with measure("grace", interval_ms=20, root=str(tmp_path / "sys")) as m:
+        time.sleep(0.2)
+        (tmp_path / "sys/class/hwmon/hwmon1/device/power1_average").unlink()   # the driver goes away
+        time.sleep(0.2)
+    energy = m.energy()
+    assert energy["available"] is False and m.energy_wh() is None
+    assert "grace failed at t=" in energy["reason"] and "FileNotFoundError" in energy["reason"]
+
+
+def test_killed_monitor_is_reported(tmp_path):
+    rapl_tree(tmp_path / "sys")
+    mon = Monitor("rapl", interval_ms=20, root=str(tmp_path / "sys")).start()
+    mon.mark("measure")
+    os.kill(mon.proc.pid, signal.SIGKILL)
+    summary = mon.stop()
+    assert summary["available"] is False
+    assert summary["reason"] == "monitor process died (killed by SIGKILL) during measure"
+
+
+def test_hung_monitor_is_killed_after_timeout(tmp_path):
+    rapl_tree(tmp_path / "sys")
+    mon = Monitor("rapl", interval_ms=20, root=str(tmp_path / "sys"), stop_timeout_s=1).start()
+    os.kill(mon.proc.pid, signal.SIGSTOP)
+    start = time.monotonic()
+    summary = mon.stop()
+    assert time.monotonic() - start < 10
+    assert summary["reason"] == "monitor hung; killed after 1 s"
+    assert mon.proc.poll() is not None
+
+
+def test_bad_monitor_input():
+    with pytest.raises(BadInput, match="not known"):
+        Monitor("rapl,cuda")
+    with pytest.raises(BadInput, match="at least 1 ms"):
+        Monitor("auto", interval_ms=0.5)
+    with pytest.raises(BadInput, match="not available on this machine"):
+        Monitor("rapl", root="/nonexistent").start()
+
+
+def test_power_command_passes_exit_code_and_writes_files(tmp_path):
+    out = tmp_path / "out"
+    proc = caraml("power", "--methods", "auto", "--out", out, "--", "sleep", "1", check=0)
+    energy = json.loads((out / "energy.json").read_text())
+    assert energy["command"] == ["sleep", "1"] and energy["exit_code"] == 0
+    assert energy["available"] is False and energy["reason"].startswith("energy unavailable")
+    assert "energy unavailable" in proc.stderr
+    caraml("power", "--out", out, "--", "sh", "-c", "exit 7", check=7)
+
+
+def test_power_command_with_rapl_tree_measures(tmp_path):
+    rapl_tree(tmp_path / "sys")
+    out = tmp_path / "out"
+    proc = caraml("power", "--methods", "rapl", "--interval-ms", "50", "--out", out, "--format", "hdf5", "--",
+                  "sleep", "1", env=cli_env(CARAML_SYSFS_ROOT=tmp_path / "sys"), check=0)
+    energy = json.loads((out / "energy.json").read_text())
+    assert energy["available"] and energy["window"] == "run" and energy["total_wh"] == 0.0
+    assert energy["phases"]["run"]["duration_s"] >= 1.0
+    assert "package-0" in proc.stderr and "total 0.0000 Wh over the run window (counter)" in proc.stderr
+    import h5py
+
+    with h5py.File(energy["nodes"][0]["timeseries"]) as f:
+        assert len(f["time_s"]) >= 3 * 10 and set(f.keys()) >= {"power_w", "energy_j", "uuid"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "foo", "--", "true"], "power method 'foo' is not known"),
+    (["--methods", "nvml", "--", "true"], "not available on this machine: nvml"),
+    (["--interval-ms", "0", "--", "true"], "power interval 0 ms is too small"),
+    (["--out", "/proc/caraml", "--", "true"], "cannot be written"),
+    ([], "no command to measure"),
+])
+def test_power_command_bad_input(args, message, tmp_path):
+    proc = caraml("power", *(["--out", tmp_path] if "--out" not in args else []), *args, check=2)
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_run_records_energy_from_counters_next_to_the_record(tmp_path, results):
+    rapl_tree(tmp_path / "sys")
+    proc = caraml("run", "image_classification", "power_interval_ms=50", "--preset", "smoke", "--results", results,
+                  "--json", env=cli_env(CARAML_SYSFS_ROOT=tmp_path / "sys"), check=0)
+    record = json.loads(proc.stdout)
+    energy = record["metrics"]["energy"]
+    assert energy["available"] and energy["source"] == "counter" and energy["window"] == "measure"
+    assert energy["total_wh"] == 0.0 and energy["units_per_wh"] is None   # the generated counters stand still
+    assert set(energy["phases"]) == {"setup", "warmup", "measure", "done"}
+    assert energy["phases"]["measure"]["duration_s"] == pytest.approx(record["metrics"]["measured_time_s"], abs=0.5)
+    series = energy["nodes"][0]["timeseries"]
+    assert series.startswith(str(results / "runs" / record["run_id"])) and os.path.exists(series)
+    assert records_in(results)[0]["run_id"] == record["run_id"]      # the CSV is not mistaken for a record
+
+
+def test_run_without_power_method_stays_ok(results):
+    proc = caraml("run", "image_classification", "measure_steps=2", "--preset", "smoke", "--results", results,
+                  "--json", check=0)
+    energy = json.loads(proc.stdout)["metrics"]["energy"]
+    assert energy["available"] is False and energy["total_wh"] is None
+    assert energy["reason"].startswith("energy unavailable:") and "rapl" in energy["reason"]
+    proc = caraml("run", "image_classification", "power=cuda", "--preset", "smoke", "--results", results, check=2)
+    assert "power=cuda" in proc.stderr
