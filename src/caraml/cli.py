@@ -76,6 +76,29 @@ def _compare(args) -> int:
     return 0
 
 
+def _plot(args) -> int:
+    from pathlib import Path
+
+    from caraml.results.plots import KINDS, figures, save
+    from caraml.results.select import select
+
+    if args.kind not in KINDS:  # before loading anything
+        raise BadInput(f"unknown plot kind '{args.kind}'; choose one of: {', '.join(KINDS)}")
+    selection = select(args.results, args.workload, args.where)
+    for stem, fig in figures(args.kind, selection.by_workload, args.run):
+        for path in save(fig, Path(args.out), stem):
+            print(path)
+    return 0
+
+
+def _report(args) -> int:
+    from caraml.results.report import write_report
+
+    path = write_report(args.results, args.out, args.workload, args.where)
+    print(path)
+    return 0
+
+
 def _names(values: list[str] | None) -> list[str] | None:
     """--columns a,b --columns c -> [a, b, c]"""
     return [n.strip() for v in values or [] for n in v.split(",") if n.strip()] or None
@@ -160,6 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
     _selection_args(compare)
     compare.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
     compare.set_defaults(func=_compare)
+
+    plot = sub.add_parser("plot", help="plots (PNG and SVG): throughput, efficiency, pareto, scaling, power",
+                          description="throughput: throughput vs global batch size per system; efficiency: units "
+                                      "per Wh vs global batch size; pareto: throughput vs units per Wh with the "
+                                      "Pareto front marked; scaling: throughput and parallel efficiency vs devices; "
+                                      "power: a run's power time series with its phases shaded.")
+    plot.add_argument("kind", help="throughput, efficiency, pareto, scaling or power")
+    _selection_args(plot)
+    plot.add_argument("--run", help="power: only this run (run_id or its prefix, or a config id)")
+    plot.add_argument("--out", default="caraml-plots", help="folder for the images (default: %(default)s)")
+    plot.set_defaults(func=_plot)
+
+    report = sub.add_parser("report", help="one self-contained HTML file: tables, comparisons, plots, environments")
+    _selection_args(report)
+    report.add_argument("--out", default="report.html", help="the HTML file to write (default: %(default)s)")
+    report.set_defaults(func=_report)
 
     systems = sub.add_parser("systems", help="list system profiles, or show one")
     systems.add_argument("tag", nargs="?", help="show this profile in full")
