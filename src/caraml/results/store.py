@@ -47,8 +47,8 @@ class Store:
             con.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", _row(record, path))
         return path
 
-    def load(self, warn=True) -> list[dict]:
-        """Every readable record, oldest first; unreadable files are named on stderr and skipped."""
+    def load(self, warn=True, skipped: list[str] | None = None) -> list[dict]:
+        """Every readable record, oldest first; unreadable files are named on stderr (and in `skipped`)."""
         records = []
         for path in sorted(self.runs.glob("*.json")) if self.runs.is_dir() else []:
             try:
@@ -58,6 +58,8 @@ class Store:
             except (OSError, ValueError) as exc:
                 if warn:
                     print(f"caraml: skipping unreadable record {path}: {exc}", file=sys.stderr)
+                if skipped is not None:
+                    skipped.append(f"{path}: {exc}")
                 continue
             record["_path"] = str(path)
             records.append(record)

@@ -1,68 +1,112 @@
-"""Listing records as rows: a table for people, CSV, JSON or Markdown for other tools."""
+"""Tables as text: a rich table for people, CSV, JSON or Markdown for other tools.
+
+`Table` holds raw values; formatting happens only when rendering, so CSV and JSON carry exact
+numbers and the text table carries readable ones.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from dataclasses import dataclass, field
 
 FORMATS = ("table", "csv", "json", "markdown")
-KEY_PARAMS = ("model", "batch_size", "precision", "compile", "compile_mode", "channels_last", "data")
+RIGHT = ("int", "num", "pct", "gib", "ratio")
 
 
-def _fmt(value) -> str:
+@dataclass
+class Table:
+    title: str
+    keys: list[str]  # column keys (JSON field names)
+    headers: list[str]  # what people read
+    styles: list[str]
+    rows: list[list] = field(default_factory=list)
+    extras: list[dict] = field(default_factory=list)  # per-row fields only JSON shows (workload, run ids)
+
+
+def format_value(value, style: str = "text") -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "on" if value else "off"
+    if style == "pct" and isinstance(value, (int, float)):
+        return f"{100 * value:.1f}%"
+    if style == "ratio" and isinstance(value, (int, float)):
+        return f"{value:.2f}x"
+    if style == "gib" and isinstance(value, (int, float)):
+        return f"{value:.2f}"
     if isinstance(value, float):
-        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+        if value.is_integer() and style == "int":
+            return f"{int(value):,}"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:#.3g}"
+    if isinstance(value, int):
+        return f"{value:,}" if style in RIGHT else str(value)
     return str(value)
 
 
-def rows(records: list[dict]) -> tuple[list[str], list[list]]:
-    """Header and raw values: workload, system, devices, key parameters, status, throughput, energy."""
-    header = ["workload", "system", "devices", *KEY_PARAMS, "status", "throughput", "unit",
-              "step_median_s", "mfu", "energy_wh"]
+def shown(table: Table) -> list[list[str]]:
+    return [[format_value(v, s) for v, s in zip(row, table.styles)] for row in table.rows]
+
+
+def render_tables(tables: list[Table], fmt: str) -> str:
+    if fmt == "json":
+        out = []
+        for t in tables:
+            for i, row in enumerate(t.rows):
+                item = dict(t.extras[i]) if i < len(t.extras) else {}
+                item.update(zip(t.keys, row))
+                out.append(item)
+        return json.dumps(out, indent=1, default=str) + "\n"
+    parts = [_render_one(t, fmt, titled=len(tables) > 1 or fmt != "csv") for t in tables]
+    return ("\n" if fmt != "table" else "").join(parts)
+
+
+def _render_one(table: Table, fmt: str, titled: bool) -> str:
+    if fmt == "csv":
+        out = io.StringIO()
+        if titled:
+            out.write(f"# {table.title}\n")
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(table.headers)
+        writer.writerows([["" if v is None else v for v in row] for row in table.rows])
+        return out.getvalue()
+    cells = shown(table)
+    if fmt == "markdown":
+        align = ["---:" if s in RIGHT else "---" for s in table.styles]
+        lines = [f"### {table.title}", "", "| " + " | ".join(table.headers) + " |", "| " + " | ".join(align) + " |"]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+        return "\n".join(lines) + "\n"
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    rich_table = RichTable(title=table.title, title_justify="left", show_lines=False)
+    for header, style in zip(table.headers, table.styles):
+        rich_table.add_column(header, justify="right" if style in RIGHT else "left", overflow="fold")
+    for row in cells:
+        rich_table.add_row(*row)
+    buffer = io.StringIO()
+    Console(file=buffer, width=10_000, color_system=None).print(rich_table)
+    return buffer.getvalue()
+
+
+def html_table(table: Table, css_class: str = "data") -> str:
+    """The table as an HTML element (text escaped), for the report."""
+    from html import escape
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
     body = []
-    for r in records:
-        m = r.get("metrics") or {}
-        p = r.get("params") or {}
-        tp = m.get("throughput") or {}
-        steps = m.get("step_time_s") or {}
-        body.append([r.get("workload"), (r.get("system") or {}).get("tag"),
-                     (r.get("launch") or {}).get("world_size"), *[p.get(k) for k in KEY_PARAMS],
-                     r.get("status"), tp.get("value"), tp.get("unit"), steps.get("median"), m.get("mfu"),
-                     (m.get("energy") or {}).get("total_wh")])
-    return header, body
+    for row in shown(table):
+        cells = "".join(f'<td class="{"num" if s in RIGHT else "txt"}">{escape(v)}</td>'
+                        for v, s in zip(row, table.styles))
+        body.append(f"<tr>{cells}</tr>")
+    return (f'<table class="{css_class}"><caption>{escape(table.title)}</caption><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 def render(records: list[dict], fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps([{k: v for k, v in r.items() if not k.startswith("_")} for r in records], indent=1,
-                          default=str)
-    header, body = rows(records)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(header)
-        writer.writerows([["" if v is None else v for v in row] for row in body])
-        return out.getvalue()
-    shown = [[_fmt(v) for v in row] for row in body]
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in shown]
-        return "\n".join(lines) + "\n"
-    from rich.console import Console
-    from rich.table import Table
+    """Records as one table per workload (repeats of a configuration collapsed); `caraml run` prints this."""
+    from caraml.results.aggregate import group
+    from caraml.results.select import result_tables
 
-    table = Table(show_lines=False)
-    for name in header:
-        table.add_column(name, justify="right" if name in ("throughput", "devices", "batch_size", "mfu",
-                                                           "energy_wh", "step_median_s") else "left",
-                         overflow="fold")
-    for row in shown:
-        table.add_row(*row)
-    buffer = io.StringIO()
-    Console(file=buffer, width=10_000).print(table)
-    return buffer.getvalue()
+    return render_tables(result_tables(group(records)), fmt)

@@ -1,0 +1,238 @@
+"""The columns of each workload's table: CARAML's columns first, then ours (MFU, units per Wh, spreads, status).
+
+A column has a `key` (snake case, the same across workloads: `--columns throughput,units_per_wh`),
+a `header` (what people read: `Images/s`), and a getter on a point. Configuration columns read the
+point's representative run; metric columns are the median over the point's successful runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from caraml.errors import BadInput
+from caraml.results.aggregate import Point, matches, throughput_of
+from caraml.results.energy import energy_of
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    get: Callable[[Point], Any]
+    style: str = "text"  # how a value is shown: text, int, num, pct, bool, gib
+    config: bool = False  # part of the configuration (rows sort by these; comparisons match on them)
+    default: bool = True  # shown without --columns
+    param: str | None = None  # the workload parameter this column shows, if it shows one
+
+
+def _m(record: dict) -> dict:
+    return record.get("metrics") or {}
+
+
+def _num(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def config(key, header, get_record, style="text", default=True) -> Column:
+    return Column(key, header, lambda p: get_record(p.rep), style, config=True, default=default)
+
+
+def param(key, header, name=None, style="text", default=True) -> Column:
+    name = name or key
+    return replace(config(key, header, lambda r: (r.get("params") or {}).get(name), style, default), param=name)
+
+
+def metric(key, header, get_record, style="num", default=True) -> Column:
+    return Column(key, header, lambda p: p.median(get_record), style, default=default)
+
+
+def _devices(r):
+    return (r.get("launch") or {}).get("world_size")
+
+
+def _global_batch(r):
+    """Samples per step over all devices: the record's own figure, else per-device batch x devices."""
+    gbs = _num(_m(r).get("global_batch_size")) or _num((r.get("params") or {}).get("global_batch_size"))
+    if gbs is None:
+        per = _num((r.get("params") or {}).get("batch_size"))
+        gbs = per * (_devices(r) or 1) if per is not None else None
+    return gbs
+
+
+def _step_spread(r):
+    """(p90 - p10) / median of the measured step times: how steady the steady state was."""
+    st = _m(r).get("step_time_s") or {}
+    med, p10, p90 = _num(st.get("median")), _num(st.get("p10")), _num(st.get("p90"))
+    return (p90 - p10) / med if med and p10 is not None and p90 is not None else None
+
+
+def _peak_gib(r):
+    peak = _num(_m(r).get("peak_memory_bytes"))
+    return peak / 2**30 if peak is not None else None
+
+
+def _value(x):
+    return _num(x.get("value")) if isinstance(x, dict) else _num(x)
+
+
+def _dp(r):
+    p = r.get("params") or {}
+    devices, tp, pp = _devices(r), _num(p.get("tp")) or 1, _num(p.get("pp")) or 1
+    return devices // (tp * pp) if devices else None
+
+
+def _time_per_iteration(r):
+    m = _m(r)
+    return _num(m.get("time_per_iteration_s")) or _num((m.get("step_time_s") or {}).get("median"))
+
+
+SYSTEM = config("system", "System", lambda r: (r.get("system") or {}).get("tag"))
+NODES = config("nodes", "Nodes", lambda r: (r.get("launch") or {}).get("nodes"), "int")
+DEVICES = config("devices", "Devices", _devices, "int")
+GLOBAL_BATCH = config("global_batch_size", "GlobalBatchSize", _global_batch, "int")
+
+
+def throughput(header: str) -> Column:
+    return metric("throughput", header, throughput_of)
+
+
+def ours(unit: str) -> list[Column]:
+    """Our additions to every table."""
+    return [
+        metric("mfu", "MFU", lambda r: _num(_m(r).get("mfu")), "pct"),
+        metric("units_per_wh", f"{unit}/Wh", lambda r: energy_of(r).units_per_wh),
+        metric("step_spread", "StepSpread", _step_spread, "pct"),
+        Column("runs", "Runs", lambda p: len(p.records), "int"),
+        Column("spread", "Spread", lambda p: p.spread(throughput_of), "pct"),
+        Column("status", "Status", lambda p: p.status),
+        # Available with --columns:
+        metric("tflops_per_device", "TFLOP/s/device", lambda r: _num(_m(r).get("tflops_per_device")), default=False),
+        metric("step_time_s", "StepTime s", lambda r: _num((_m(r).get("step_time_s") or {}).get("median")),
+               default=False),
+        metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib", default=False),
+        metric("energy_measure_wh", "MeasureEnergy Wh", lambda r: energy_of(r).measure_wh, default=False),
+        Column("energy_source", "EnergySource", lambda p: p.energy().source or (
+            "-" if p.energy().available else "none"), default=False),
+        Column("id", "Id", lambda p: p.id, default=False),
+    ]
+
+
+ENERGY_WH = metric("energy_wh", "Energy Wh", lambda r: energy_of(r).total_wh)
+
+IMAGE_CLASSIFICATION = [
+    SYSTEM, param("model", "Model"), NODES, DEVICES, GLOBAL_BATCH,
+    param("batch_size", "BatchSize/Device", style="int"), param("precision", "Precision"),
+    param("compile", "Compiler"), param("compile_mode", "CompileMode"),
+    param("channels_last", "ChannelsLast", style="bool"),
+    throughput("Images/s"), ENERGY_WH, *ours("Images"),
+    param("image_size", "ImageSize", style="int", default=False), param("data", "Data", default=False),
+]
+
+LLM_TRAINING = [
+    SYSTEM, param("model_size", "ModelSize"), NODES, DEVICES,
+    config("global_batch_size", "GlobalBatchSize", _global_batch, "int"),
+    param("tp", "TP", style="int"), param("pp", "PP", style="int"), config("dp", "DP", _dp, "int"),
+    metric("time_per_iteration_s", "Time/iteration s", _time_per_iteration),
+    throughput("Tokens/s"),
+    metric("tflops_per_device", "TFLOP/s/device", lambda r: _num(_m(r).get("tflops_per_device"))),
+    ENERGY_WH, *[c for c in ours("Tokens") if c.key != "tflops_per_device"],
+    param("micro_batch_size", "MicroBatchSize", style="int", default=False),
+    param("seq_length", "SeqLength", style="int", default=False),
+    param("precision", "Precision", default=False),
+]
+
+FNO = [
+    SYSTEM, param("problem", "Problem"), DEVICES, GLOBAL_BATCH,
+    param("mixed_precision", "MixedPrecision", name="amp", style="bool"),
+    param("compile_mode", "CompileMode"), param("mode", "Mode"),
+    throughput("Timesteps/s"),
+    metric("train_throughput", "TrainTimesteps/s", lambda r: _value(_m(r).get("train_throughput"))),
+    metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib"),
+    metric("energy_per_device_wh", "Energy/device Wh",
+           lambda r: energy_of(r).per_device_wh(_devices(r))),
+    *[c for c in ours("Timesteps") if c.key != "peak_memory_gib"],
+    replace(NODES, default=False), replace(ENERGY_WH, default=False),
+]
+
+BY_WORKLOAD = {"image_classification": IMAGE_CLASSIFICATION, "llm_training": LLM_TRAINING, "fno": FNO}
+
+
+def columns_for(workload: str, unit: str | None = None) -> list[Column]:
+    """Every column of a workload's table; a workload without its own set gets the generic one."""
+    if workload in BY_WORKLOAD:
+        return BY_WORKLOAD[workload]
+    name = (unit or "units").capitalize()
+    return [SYSTEM, NODES, DEVICES, GLOBAL_BATCH, throughput(f"{name}/s"), ENERGY_WH, *ours(name)]
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def find(columns: list[Column], name: str) -> Column | None:
+    """A column by key or header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device')."""
+    wanted = _norm(name)
+    for c in columns:
+        if wanted in (_norm(c.key), _norm(c.header)):
+            return c
+    return None
+
+
+def choose(columns: list[Column], names: list[str] | None, workload: str) -> list[Column]:
+    if not names:
+        return [c for c in columns if c.default]
+    chosen = []
+    for name in names:
+        c = find(columns, name)
+        if c is None:
+            raise BadInput(f"unknown column '{name}' for {workload}; choose from: "
+                           + ", ".join(c.key for c in columns))
+        chosen.append(c)
+    return chosen
+
+
+def sort_key(columns: list[Column]):
+    """Rows in the order of their configuration columns, numbers numerically, missing values last."""
+    cfg = [c for c in columns if c.config]
+
+    def key(point: Point):
+        out = []
+        for c in cfg:
+            v = c.get(point)
+            out.append((2, "") if v is None else (0, float(v), "") if _num(v) is not None or isinstance(v, bool)
+                       else (1, str(v).lower()))
+        return out
+
+    return key
+
+
+def lookup(point: Point, columns: list[Column], key: str) -> tuple[bool, Any]:
+    """(known, value) of `key` for --where: a column, a parameter, or the workload."""
+    c = find(columns, key)
+    if c is not None:
+        return True, c.get(point)
+    if key in point.params:
+        return True, point.params[key]
+    if key == "workload":
+        return True, point.workload
+    return False, None
+
+
+def where(points: list[Point], columns: list[Column], pairs: list[tuple[str, str]]) -> list[Point]:
+    kept = []
+    for p in points:
+        ok = True
+        for key, wanted in pairs:
+            known, value = lookup(p, columns, key)
+            ok = ok and known and matches(value, wanted)
+        if ok:
+            kept.append(p)
+    return kept
+
+
+def known_keys(points: list[Point], columns: list[Column]) -> set[str]:
+    keys = {c.key for c in columns} | {"workload", "status"}
+    for p in points:
+        keys.update(p.params)
+    return keys

@@ -1,0 +1,220 @@
+"""Comparisons: the same configurations side by side across the values of one key (system, precision, ...).
+
+Points are matched on their configuration without the compared key (and without measurement
+settings such as measure_steps, see aggregate.HARNESS_KEYS). A matched configuration that the
+baseline and at least one other group ran becomes a row: each group's throughput and units per
+Wh, and their ratios to the baseline. Every other configuration, and every configuration whose
+runs all failed, is listed apart with the reason; nothing is dropped silently.
+
+Scaling is `--by devices` (or `--by nodes`): the baseline is the smallest count, and each row also
+gets the parallel efficiency (speedup over the baseline divided by the ratio of device counts).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from caraml.errors import BadInput
+from caraml.results import columns as cols
+from caraml.results.aggregate import Point, matches
+from caraml.results.table import Table
+
+SCALING_KEYS = ("devices", "nodes")
+
+
+@dataclass
+class Comparison:
+    workload: str
+    by: str
+    unit: str
+    baseline: object
+    groups: list  # group values, baseline first
+    rows: list[tuple[dict, dict]] = field(default_factory=list)  # (configuration, {group: Point})
+    apart: list[tuple[dict, dict, str]] = field(default_factory=list)  # (configuration, {group: Point}, why)
+    columns: list[cols.Column] = field(default_factory=list)  # configuration columns worth showing
+
+    @property
+    def scaling(self) -> bool:
+        return self.by in SCALING_KEYS
+
+    def speedup(self, row: dict, g) -> float | None:
+        base, other = row.get(self.baseline), row.get(g)
+        return _ratio(other.throughput if other else None, base.throughput if base else None)
+
+    def energy_ratio(self, row: dict, g) -> float | None:
+        base, other = row.get(self.baseline), row.get(g)
+        return _ratio(other.units_per_wh if other else None, base.units_per_wh if base else None)
+
+    def efficiency(self, row: dict, g) -> float | None:
+        """Parallel efficiency against the baseline (smallest) device count: 1.0 is perfect scaling."""
+        base, other = row.get(self.baseline), row.get(g)
+        speed = self.speedup(row, g)
+        if speed is None or not base.devices or not other.devices:
+            return None
+        return speed / (other.devices / base.devices)
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def _natural(value):
+    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value).lower())
+
+
+def group_key(points: list[Point], columns: list[cols.Column], by: str) -> str:
+    """The record field to compare by: system, devices, nodes or a parameter (a column naming one works too)."""
+    if by in ("system", "devices", "nodes") or any(by in p.params for p in points):
+        return by
+    column = cols.find(columns, by)
+    if column is not None and (column.param or column.key in ("system", "devices", "nodes")):
+        return column.param or column.key
+    choices = ["system", "devices", "nodes"] + sorted({k for p in points for k in p.config()} - {
+        "system", "devices", "nodes"})
+    raise BadInput(f"--by {by}: not a field of these runs; choose one of: " + ", ".join(choices))
+
+
+def compare(workload: str, points: list[Point], by: str, baseline: str | None = None) -> Comparison:
+    columns = cols.columns_for(workload, points[0].unit if points else None)
+    key = group_key(points, columns, by)
+    without = SCALING_KEYS if key in SCALING_KEYS else (key,)
+
+    # configuration -> group -> point; points equal but for measurement settings are merged.
+    table: dict[str, dict] = {}
+    configs: dict[str, dict] = {}
+    for p in points:
+        cfg = p.config(without=without)
+        ident = json.dumps(cfg, sort_keys=True, default=str)
+        configs[ident] = cfg
+        g = p.config().get(key)
+        cell = table.setdefault(ident, {})
+        if g in cell:
+            cell[g] = Point(id=f"{cell[g].id}+{p.id}", workload=p.workload,
+                            records=sorted(cell[g].records + p.records, key=lambda r: r.get("started_at") or ""))
+        else:
+            cell[g] = p
+
+    groups = sorted({g for cell in table.values() for g in cell}, key=_natural)
+    if len(groups) < 2:
+        raise BadInput(f"{workload}: comparing by {key} needs at least two groups; these runs all have "
+                       f"{key}={groups[0] if groups else '-'} (widen --where or run more configurations)")
+    if baseline is None:
+        base = groups[0]
+    else:
+        found = [g for g in groups if matches(g, baseline)]
+        if not found:
+            raise BadInput(f"--baseline {baseline}: no {workload} runs with {key}={baseline}; choose one of: "
+                           + ", ".join(map(str, groups)))
+        base = found[0]
+    groups = [base] + [g for g in groups if g != base]
+
+    unit = (points[0].unit or "units").capitalize()
+    out = Comparison(workload, key, unit, base, groups)
+    for ident, cell in table.items():
+        ok = {g: p for g, p in cell.items() if p.throughput is not None}
+        failed = sorted((g for g in cell if g not in ok), key=_natural)
+        reasons = []
+        if base in ok and len(ok) >= 2:
+            out.rows.append((configs[ident], ok))
+        elif base not in cell:
+            reasons.append(f"no {key}={base} (baseline) run")
+        elif len(cell) < 2:
+            reasons.append(f"only {key}={base} ran it")
+        if failed:
+            reasons.append("no successful run for " + ", ".join(f"{key}={g} ({cell[g].status})" for g in failed))
+        if reasons:
+            out.apart.append((configs[ident], cell, "; ".join(reasons)))
+    out.columns = _shown_columns(columns, key, [cell for cell in table.values()])
+    return out
+
+
+def _shown_columns(columns: list[cols.Column], key: str, cells: list[dict]) -> list[cols.Column]:
+    """Configuration columns whose value is one and the same for every group of a configuration."""
+    shown = []
+    for c in columns:
+        if not (c.config and c.default) or c.param == key or c.key == key:
+            continue
+        if key in SCALING_KEYS and c.key in SCALING_KEYS:
+            continue
+        if all(len({json.dumps(c.get(p), default=str) for p in cell.values()}) == 1 for cell in cells):
+            shown.append(c)
+    return shown
+
+
+def label(cmp: Comparison, g) -> str:
+    return str(g) if cmp.by == "system" else f"{cmp.by}={g}"
+
+
+def _config_cells(cmp: Comparison, cfg: dict, cell: dict) -> list:
+    point = next(iter(cell.values()))
+    return [c.get(point) for c in cmp.columns] + [cfg.get(k) for k in _extra_keys(cmp)]
+
+
+def _extra_keys(cmp: Comparison) -> list[str]:
+    """Parameters that tell configurations apart but have no column of their own."""
+    covered = {c.param or c.key for c in cmp.columns} | {cmp.by, *SCALING_KEYS}
+    cfgs = [cfg for cfg, _ in cmp.rows] + [cfg for cfg, _, _ in cmp.apart]
+    keys = sorted({k for cfg in cfgs for k in cfg} - covered)
+    return [k for k in keys if len({json.dumps(cfg.get(k), default=str) for cfg in cfgs}) > 1]
+
+
+def tables(cmp: Comparison) -> list[Table]:
+    cfg_keys = [c.key for c in cmp.columns] + _extra_keys(cmp)
+    cfg_headers = [c.header for c in cmp.columns] + _extra_keys(cmp)
+    cfg_styles = [c.style for c in cmp.columns] + ["text"] * len(_extra_keys(cmp))
+    keys, headers, styles = list(cfg_keys), list(cfg_headers), list(cfg_styles)
+    base = label(cmp, cmp.baseline)
+    for g in cmp.groups:
+        name = label(cmp, g)
+        keys += [f"{name}:throughput", f"{name}:units_per_wh"]
+        headers += [f"{name} {cmp.unit}/s", f"{name} {cmp.unit}/Wh"]
+        styles += ["num", "num"]
+        if g != cmp.baseline:
+            keys += [f"{name}:speedup", f"{name}:energy_ratio"]
+            headers += [f"{name} ×speed", f"{name} ×{cmp.unit}/Wh"]
+            styles += ["ratio", "ratio"]
+            if cmp.scaling:
+                keys.append(f"{name}:efficiency")
+                headers.append(f"{name} efficiency")
+                styles.append("pct")
+    main = Table(title=f"{cmp.workload}: by {cmp.by}, ratios (×) to the baseline {base}", keys=keys, headers=headers, styles=styles)
+    for cfg, cell in cmp.rows:
+        row = _config_cells(cmp, cfg, cell)
+        for g in cmp.groups:
+            p = cell.get(g)
+            row += [p.throughput if p else None, p.units_per_wh if p else None]
+            if g != cmp.baseline:
+                row += [cmp.speedup(cell, g), cmp.energy_ratio(cell, g)]
+                if cmp.scaling:
+                    row.append(cmp.efficiency(cell, g))
+        main.rows.append(row)
+        main.extras.append({"workload": cmp.workload, "by": cmp.by, "baseline": cmp.baseline})
+    out = [main]
+    if cmp.apart:
+        apart = Table(title=f"{cmp.workload}: not compared", keys=cfg_keys + ["groups", "why"],
+                      headers=cfg_headers + ["Ran on", "Why not compared"], styles=cfg_styles + ["text", "text"])
+        for cfg, cell, why in cmp.apart:
+            apart.rows.append(_config_cells(cmp, cfg, cell) + [", ".join(label(cmp, g) for g in cell), why])
+            apart.extras.append({"workload": cmp.workload, "by": cmp.by, "not_compared": True})
+        out.append(apart)
+    return out
+
+
+def as_json(cmp: Comparison) -> dict:
+    def group_view(cell, g):
+        p = cell[g]
+        view = {"throughput": p.throughput, "units_per_wh": p.units_per_wh, "runs": len(p.records),
+                "status": p.status, "ids": p.id.split("+")}
+        if g != cmp.baseline and p.throughput is not None and cmp.baseline in cell:
+            view.update(speedup=cmp.speedup(cell, g), energy_ratio=cmp.energy_ratio(cell, g))
+            if cmp.scaling:
+                view["efficiency"] = cmp.efficiency(cell, g)
+        return view
+
+    return {"workload": cmp.workload, "by": cmp.by, "baseline": cmp.baseline, "groups": cmp.groups,
+            "unit": cmp.unit.lower(),
+            "rows": [{"config": cfg, "groups": {str(g): group_view(cell, g) for g in cmp.groups if g in cell}}
+                     for cfg, cell in cmp.rows],
+            "not_compared": [{"config": cfg, "groups": {str(g): group_view(cell, g) for g in cell}, "why": why}
+                             for cfg, cell, why in cmp.apart]}

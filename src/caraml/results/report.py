@@ -1,0 +1,120 @@
+"""One self-contained HTML report: tables, comparisons, plots (PNG embedded as base64) and each run's
+environment manifest. No scripts, no external files: it opens in a browser from disk with no server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+
+from caraml.errors import BadInput
+from caraml.results import plots
+from caraml.results.compare import compare, tables as comparison_tables
+from caraml.results.select import Selection, result_table, select
+from caraml.results.table import html_table
+
+COMPARE_BY = ("system", "precision", "compile_mode", "devices")
+MAX_POWER_PLOTS = 12
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ccc; padding-bottom: 0.2em; margin-top: 1.6em; }
+table.data { border-collapse: collapse; margin: 0.8em 0 1.2em; font-size: 0.85em; }
+table.data caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
+table.data th, table.data td { border: 1px solid #ccc; padding: 0.25em 0.5em; }
+table.data th { background: #eef2f7; }
+table.data td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.data tbody tr:nth-child(even) { background: #fafafa; }
+figure { display: inline-block; margin: 0.5em 1em 0.5em 0; }
+figure img { max-width: 100%; border: 1px solid #ddd; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+.note { color: #8a5a00; } .meta { color: #555; }
+"""
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode()
+    return f'<figure><img alt="{escape(alt)}" src="data:image/png;base64,{data}"><figcaption>{escape(alt)}</figcaption></figure>'
+
+
+def _section_workload(workload: str, points) -> list[str]:
+    parts = [f'<h2 id="{escape(workload)}">{escape(workload)}</h2>', html_table(result_table(workload, points))]
+    notes: list[str] = []
+    for by in COMPARE_BY:
+        try:
+            cmp = compare(workload, points, by)
+        except BadInput:
+            continue  # one group only, or the field does not exist: nothing to compare
+        if cmp.rows:  # a comparison without a single shared configuration says nothing here
+            parts.append(f"<h3>Compared by {escape(by)}</h3>")
+            parts += [html_table(t) for t in comparison_tables(cmp)]
+    for kind in ("throughput", "efficiency", "pareto", "scaling"):
+        try:
+            for stem, fig in plots.figures(kind, {workload: points}):
+                parts.append(_img(plots.png_bytes(fig), stem))
+        except BadInput as exc:
+            notes.append(str(exc))
+    if notes:
+        parts.append("<ul class=\"note\">" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+    return parts
+
+
+def _section_power(selection: Selection) -> list[str]:
+    records = [r for p in selection.points for r in p.records]
+    parts = []
+    for r in records:
+        if len(parts) >= MAX_POWER_PLOTS:
+            break
+        fig = plots.power_figure(r)
+        if fig is not None:
+            parts.append(_img(plots.png_bytes(fig), f"power-{r.get('run_id')}"))
+    return (["<h2 id=\"power\">Power over time</h2>"] + parts) if parts else []
+
+
+def _section_runs(selection: Selection) -> list[str]:
+    parts = ['<h2 id="runs">Runs and their environments</h2>']
+    for p in selection.points:
+        for r in p.records:
+            summary = (f"{r.get('run_id')} — {r.get('workload')} on {(r.get('system') or {}).get('tag')}, "
+                       f"status {r.get('status')}")
+            body = {"params": r.get("params"), "launch": r.get("launch"), "env": r.get("env")}
+            if r.get("error"):
+                body["error"] = r.get("error")
+            parts.append(f"<details class=\"run\"><summary>{escape(summary)}</summary>"
+                         f"<pre>{escape(json.dumps(body, indent=1, default=str))}</pre></details>")
+    return parts
+
+
+def build(selection: Selection) -> str:
+    n_runs = sum(len(p.records) for p in selection.points)
+    systems = sorted({str(p.system) for p in selection.points})
+    made = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    body = [f"<h1>CARAML results</h1><p class=\"meta\">{n_runs} runs, {len(selection.points)} configurations, "
+            f"workloads: {escape(', '.join(selection.by_workload))}; systems: {escape(', '.join(systems))}; "
+            f"from {escape(str(selection.results))}; made {made}</p>"]
+    if selection.skipped:
+        body.append("<p class=\"note\">Record files skipped:</p><ul class=\"note\">"
+                    + "".join(f"<li>{escape(s)}</li>" for s in selection.skipped) + "</ul>")
+    for workload, points in selection.by_workload.items():
+        body += _section_workload(workload, points)
+    body += _section_power(selection)
+    body += _section_runs(selection)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>CARAML results</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(results: str, out: str, workload: str | None = None, where: list[str] | None = None) -> Path:
+    selection = select(results, workload, where)
+    html = build(selection)
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise BadInput(f"--out {out}: cannot write the report ({exc.strerror})") from None
+    return path

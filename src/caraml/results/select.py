@@ -1,0 +1,96 @@
+"""Choosing what to show: load a results folder, keep a workload and `--where` matches, group into points.
+
+Every view (`result`, `compare`, `plot`, `report`) starts here, so they agree on what a filter means
+and fail the same way on input that selects nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from caraml.errors import BadInput
+from caraml.results import columns as cols
+from caraml.results.aggregate import Point, group, load, matches, parse_where
+from caraml.results.table import Table
+
+
+@dataclass
+class Selection:
+    results: str
+    by_workload: dict[str, list[Point]]  # workload -> points, in table order
+    skipped: list[str] = field(default_factory=list)  # record files left out, with why
+
+    @property
+    def points(self) -> list[Point]:
+        return [p for pts in self.by_workload.values() for p in pts]
+
+
+def columns_of(workload: str, points: list[Point]) -> list[cols.Column]:
+    return cols.columns_for(workload, points[0].unit if points else None)
+
+
+def select(results: str, workload: str | None = None, where: list[str] | None = None, warn=True) -> Selection:
+    records, skipped = load(results, warn=warn)
+    if not records:
+        raise BadInput(f"no run records in {results}; run `caraml run ...` first or pass --results DIR")
+    pairs = parse_where(where)
+    if workload:
+        records = [r for r in records if r.get("workload") == workload]
+        if not records:
+            raise BadInput(f"no records of workload '{workload}' in {results}; it has: "
+                           + ", ".join(sorted({str(r.get('workload')) for r in load(results, warn=False)[0]})))
+    # Status is a property of each run, so it filters runs before repeats are grouped.
+    for key, wanted in [kv for kv in pairs if kv[0].lower() == "status"]:
+        records = [r for r in records if matches(r.get("status"), wanted)]
+    pairs = [kv for kv in pairs if kv[0].lower() != "status"]
+
+    by_workload: dict[str, list[Point]] = {}
+    for point in group(records):
+        by_workload.setdefault(point.workload, []).append(point)
+    for key, _ in pairs:
+        if not any(_knows(name, points, key) for name, points in by_workload.items()):
+            raise BadInput(f"--where: unknown key '{key}'; use a column or a parameter, e.g. one of: "
+                           + ", ".join(sorted({k for name, points in by_workload.items()
+                                               for k in cols.known_keys(points, columns_of(name, points))})))
+    for name, points in list(by_workload.items()):
+        columns = columns_of(name, points)
+        kept = cols.where(points, columns, pairs)
+        if kept:
+            by_workload[name] = sorted(kept, key=cols.sort_key(columns))
+        else:
+            del by_workload[name]
+    if not by_workload:
+        text = " ".join(f"{k}={v}" for k, v in parse_where(where))
+        raise BadInput(f"no runs in {results} match {text or 'the selection'}"
+                       + (f" (workload {workload})" if workload else ""))
+    return Selection(results, dict(sorted(by_workload.items())), skipped)
+
+
+def _knows(workload: str, points: list[Point], key: str) -> bool:
+    return key == "workload" or cols.find(columns_of(workload, points), key) is not None or any(
+        key in p.params for p in points)
+
+
+def result_table(workload: str, points: list[Point], names: list[str] | None = None) -> Table:
+    columns = cols.choose(columns_of(workload, points), names, workload)
+    return Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
+                 styles=[c.style for c in columns], rows=[[c.get(p) for c in columns] for p in points],
+                 extras=[{"workload": workload, "id": p.id, "run_ids": [r.get("run_id") for r in p.records]}
+                         for p in points])
+
+
+def result_tables(points: list[Point], names: list[str] | None = None) -> list[Table]:
+    by_workload: dict[str, list[Point]] = {}
+    for p in points:
+        by_workload.setdefault(p.workload, []).append(p)
+    for name in names or []:  # a column must exist in at least one of the workloads shown
+        if not any(cols.find(columns_of(w, pts), name) for w, pts in by_workload.items()):
+            raise BadInput(f"unknown column '{name}'; choose from: " + ", ".join(dict.fromkeys(
+                c.key for w, pts in sorted(by_workload.items()) for c in columns_of(w, pts))))
+    tables = []
+    for workload, pts in sorted(by_workload.items()):
+        columns = columns_of(workload, pts)
+        pts = sorted(pts, key=cols.sort_key(columns))
+        mine = [n for n in names if cols.find(columns, n)] if names else None
+        tables.append(result_table(workload, pts, mine))
+    return tables
