@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     wls = sub.add_parser("workloads", help="list workloads with their parameters and presets")
     wls.add_argument("name", nargs="?")
     wls.set_defaults(func=_workloads)
+
+    from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container
+
+    add_campaign_parsers(sub, DEFAULT_RESULTS)
     return parser
 
 
