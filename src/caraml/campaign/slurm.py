@@ -2,8 +2,9 @@
 
 Every value that goes into a script is quoted with shlex.quote, so a parameter such as
 `x=$(rm -rf ~)` stays data. The script traps the warning signal that `--signal=B:USR2@120`
-sends to the batch shell and forwards SIGTERM to the job step (srun passes it to torchrun,
-torchrun to the workers), so the harness stops between steps and writes an `interrupted` record.
+sends to the batch shell and forwards it to srun, which has slurmstepd signal every process of the
+step; torchrun ignores it, the workers stop between steps and rank 0 writes an `interrupted` record.
+(SIGTERM would not do: srun answers it by killing the step.)
 """
 
 from __future__ import annotations
@@ -93,7 +94,10 @@ def _worker(point: Point, profile: dict, opts: JobOptions) -> list[str]:
         ranks = ('export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS '
                  'LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec "$@"')
         return prefix + ["bash", "-c", q(ranks), "caraml-task", q(python), "-m", "caraml", *run]
-    return prefix + [q(python), "-m", "torch.distributed.run", f"--nnodes={point.nodes}",
+    # torchrun would die of SIGUSR2 (it has no handler) and take the workers with it: it ignores the
+    # signal; the workers, signalled by slurmstepd like every process of the step, stop cleanly.
+    ignore = q('trap "" USR2; exec "$@"')
+    return prefix + ["bash", "-c", ignore, "caraml-torchrun", q(python), "-m", "torch.distributed.run", f"--nnodes={point.nodes}",
                      f"--nproc-per-node={point.devices_per_node}", "--rdzv-backend=c10d",
                      f'--rdzv-endpoint="$caraml_head":{port}', '--rdzv-id="$SLURM_JOB_ID"', "-m", "caraml", *run]
 
@@ -128,8 +132,8 @@ def render(point: Point, profile: dict, opts: JobOptions, log: str) -> str:
         "# the warning signal reaches this shell only (--signal=B:...): pass it on to the job step",
         "caraml_step=",
         "caraml_forward() {",
-        '  echo "caraml: job $SLURM_JOB_ID got a stop signal; forwarding SIGTERM to the job step" >&2',
-        '  if [ -n "$caraml_step" ]; then kill -TERM "$caraml_step" 2>/dev/null; fi',
+        '  echo "caraml: job $SLURM_JOB_ID got a stop signal; forwarding SIGUSR2 to the job step" >&2',
+        '  if [ -n "$caraml_step" ]; then kill -USR2 "$caraml_step" 2>/dev/null; fi',
         "}",
         "trap caraml_forward USR2 TERM",
         " ".join(srun + _worker(point, profile, opts)) + " &",
