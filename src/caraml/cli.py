@@ -33,6 +33,9 @@ def _run(args) -> int:
             print(json.dumps(record, default=str))
         else:
             _print_summary(record)
+    if record["status"] == "interrupted" and not launch_env().is_main:
+        # torchrun kills the other ranks when one exits non-zero: let rank 0 finish writing the record
+        return 0
     return 0 if record["status"] == "ok" else 1
 
 
@@ -230,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     wls = sub.add_parser("workloads", help="list workloads with their parameters and presets")
     wls.add_argument("name", nargs="?")
     wls.set_defaults(func=_workloads)
+
+    from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container
+
+    add_campaign_parsers(sub, DEFAULT_RESULTS)
     return parser
 
 

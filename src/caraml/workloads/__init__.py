@@ -15,6 +15,8 @@ from caraml.params import Param
 
 REGISTRY = {
     "image_classification": "caraml.workloads.image_classification",
+    "llm_training": "caraml.workloads.llm_training",
+    "fno": "caraml.workloads.fno",
 }
 
 
@@ -29,6 +31,9 @@ class Workload:
     description: str = ""
     default_preset: str | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    built: bool = True  # False: parameters are declared (sweeps expand) but `build` refuses to run
+    # (params, devices) -> error message or None: launch-shape checks such as tp*pp dividing devices
+    check_launch: Callable[[dict[str, Any], int], str | None] | None = None
 
 
 def names() -> list[str]:

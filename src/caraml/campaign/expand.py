@@ -1,0 +1,143 @@
+"""From a suite, active tags and a system to the list of points: one run spec each, id = config hash."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from caraml import params as params_mod, systems, workloads
+from caraml.campaign import expr
+from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
+from caraml.errors import BadInput
+from caraml.measure.harness import HARNESS_PARAMS
+from caraml.results.record import config_id
+
+
+@dataclass
+class Point:
+    id: str
+    workload: str
+    system: str
+    preset: str | None
+    params: dict[str, Any]  # every effective workload parameter, typed
+    nodes: int = 1
+    devices_per_node: int = 1
+    launcher: str = "torchrun"
+    time_limit: str | None = None
+    shown: dict[str, Any] = field(default_factory=dict)  # what the suite set for this point (for people)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "workload": self.workload, "system": self.system, "preset": self.preset,
+                "nodes": self.nodes, "devices_per_node": self.devices_per_node, "world_size": self.world_size,
+                "launcher": self.launcher, "time_limit": self.time_limit, "params": self.params}
+
+
+def check_tags(suite: Suite, given: list[str]) -> None:
+    known = suite.mentioned_tags() | set(systems.known_tags())
+    for tag in given:
+        if tag not in known:
+            raise BadInput(f"unknown tag '{tag}' for suite {suite.name}; its tags: "
+                           + ", ".join(sorted(suite.mentioned_tags())) + " (and the system tags)")
+
+
+def apply_overrides(suite: Suite, overrides: dict[str, str]) -> None:
+    """`key=value` from the command line replaces the suite's value (a comma list is a sweep)."""
+    declared = {p.name for p in _declared(suite)}
+    for key, raw in overrides.items():
+        section = ("launch" if key in LAUNCH_KEYS else "params" if key in declared
+                   else "vars" if key in suite.entries["vars"] or key in suite.entries["derived"] else None)
+        if section is None:
+            raise BadInput(f"{key}={raw}: '{key}' is neither a parameter of {suite.workload} nor a variable of suite "
+                           f"{suite.name}; parameters: {', '.join(sorted(declared))}")
+        for body in suite.entries.values():
+            body.pop(key, None)
+        suite.entries[section][key] = [Alternative(raw)]
+
+
+def _declared(suite: Suite):
+    return workloads.get(suite.workload).params + HARNESS_PARAMS
+
+
+def expand(suite: Suite, active: set[str], system: str) -> list[Point]:
+    wl = workloads.get(suite.workload)
+    declared = {p.name: p for p in _declared(suite)}
+    profile = systems.get(system)
+    if suite.preset is not None and suite.preset not in wl.presets:
+        raise BadInput(f"suite {suite.name}: unknown preset '{suite.preset}' of {wl.name}; choose one of: "
+                       + ", ".join(wl.presets))
+    preset = wl.presets.get(suite.preset) if suite.preset else None
+    for name in suite.entries["params"]:
+        if name not in declared:
+            raise BadInput(f"suite {suite.name}: params.{name}: workload {wl.name} has no parameter '{name}'; "
+                           f"its parameters: {', '.join(sorted(declared))}")
+    active = set(active) | {system}
+
+    axes: list[tuple[str, str, list[Any]]] = []
+    for section in ("params", "vars", "launch"):
+        for name, alts in suite.entries[section].items():
+            found, value = select(alts, active)
+            if found:
+                axes.append((section, name, sweep_values(value)))
+    if any(not values for _, _, values in axes):
+        empty = next(f"{s}.{n}" for s, n, v in axes if not v)
+        raise BadInput(f"suite {suite.name}: {empty} is an empty list, so the sweep has zero points")
+
+    defaults = {p.name: p.default for p in declared.values()} | dict(preset or {})
+    points: dict[str, Point] = {}
+    for combo in itertools.product(*(values for _, _, values in axes)):
+        chosen = {"params": {}, "vars": {}, "launch": {}}
+        for (section, name, _), value in zip(axes, combo):
+            chosen[section][name] = value
+        point = _point(suite, wl, declared, profile, system, preset, defaults, chosen, active)
+        points.setdefault(point.id, point)
+    if not points:
+        raise BadInput(f"suite {suite.name} expands to zero points with tags {', '.join(sorted(active))}")
+    return list(points.values())
+
+
+def _point(suite, wl, declared, profile, system, preset, defaults, chosen, active) -> Point:
+    launch = chosen["launch"]
+    launch.setdefault("nodes", 1)
+    launch.setdefault("devices_per_node", max(1, int(profile.get("devices_per_node", 1))))
+    names = {**defaults, **chosen["params"], **chosen["vars"], **launch, "system": system}
+    names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
+    for name, alts in suite.entries["derived"].items():
+        found, text = select(alts, active)
+        if not found:
+            continue
+        value = expr.evaluate(str(text), names, f"suite {suite.name}: derived.{name}")
+        names[name] = value
+        section = "launch" if name in LAUNCH_KEYS else "params" if name in declared else "vars"
+        chosen[section][name] = value
+        if name in ("nodes", "devices_per_node"):
+            names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
+    nodes, per_node = _count(launch["nodes"], "nodes"), _count(launch["devices_per_node"], "devices_per_node")
+    launcher = str(launch.get("launcher", "torchrun"))
+    if launcher not in ("torchrun", "srun"):
+        raise BadInput(f"suite {suite.name}: launcher={launcher} is not valid; choose torchrun or srun")
+    values = params_mod.resolve(list(declared.values()), chosen["params"], wl.name, preset)
+    if wl.check_launch is not None:
+        problem = wl.check_launch(values, nodes * per_node)
+        if problem:
+            raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
+    cid = config_id(wl.name, values, system, nodes * per_node, nodes)
+    shown = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
+    time_limit = launch.get("time_limit")
+    return Point(id=cid, workload=wl.name, system=system, preset=suite.preset, params=values, nodes=nodes,
+                 devices_per_node=per_node, launcher=launcher,
+                 time_limit=None if time_limit is None else str(time_limit), shown=shown)
+
+
+def _count(value: Any, name: str) -> int:
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise BadInput(f"launch {name}={value} is not a whole number") from None
+    if n < 1:
+        raise BadInput(f"launch {name}={value} must be at least 1")
+    return n

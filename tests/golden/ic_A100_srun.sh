@@ -1,0 +1,33 @@
+#!/bin/bash
+# caraml sweep point 687ec854dcb47bb1 on A100: global_batch_size=128, model=resnet50, precision=bf16, compile=none, compile_mode=default, channels_last=False, batch_size=32, nodes=1, time_limit=01:00:00, devices_per_node=4
+#SBATCH --job-name=caraml-image_classification-687ec854dcb47bb1
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=8
+#SBATCH --gpus-per-node=4
+#SBATCH --time=01:00:00
+#SBATCH --partition=dc-gpu
+#SBATCH --signal=B:USR2@300
+#SBATCH --output=/scratch/logs/%j.out
+
+set -u
+export CARAML_SWEEP_POINT=687ec854dcb47bb1
+export PYTHONPATH=/opt/caraml/src"${PYTHONPATH:+:$PYTHONPATH}"
+# rendezvous at the first host of the allocation (plus the site's interconnect suffix)
+caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"i
+export MASTER_ADDR="$caraml_head"
+export MASTER_PORT=29500
+
+# the warning signal reaches this shell only (--signal=B:...): pass it on to the job step
+caraml_step=
+caraml_forward() {
+  echo "caraml: job $SLURM_JOB_ID got a stop signal; forwarding SIGUSR2 to the job step" >&2
+  if [ -n "$caraml_step" ]; then kill -USR2 "$caraml_step" 2>/dev/null; fi
+}
+trap caraml_forward USR2 TERM
+srun --nodes=1 --ntasks-per-node=4 bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec "$@"' caraml-task /usr/bin/python3 -m caraml run image_classification model=resnet50 image_size=224 num_classes=1000 batch_size=32 precision=bf16 compile=none compile_mode=default compile_scope=model channels_last=false data=synthetic-host workers=4 cudnn_benchmark=true lr=0.1 momentum=0.9 weight_decay=0.0001 warmup_steps=10 measure_steps=50 measure_seconds=0.0 seed=0 device=auto --preset default --system A100 --results '/scratch/caraml results' &
+caraml_step=$!
+wait "$caraml_step"; rc=$?
+# a trapped signal ends `wait` early: wait again until the step has written its record
+while kill -0 "$caraml_step" 2>/dev/null; do wait "$caraml_step"; rc=$?; done
+exit $rc

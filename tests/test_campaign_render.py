@@ -1,0 +1,103 @@
+"""SLURM job scripts (golden files), quoting of every value, Apptainer commands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from caraml import systems
+from caraml.campaign import container, slurm, suite as suite_mod
+from caraml.campaign.expand import Point, expand
+from conftest import caraml
+
+GOLDEN = Path(__file__).parent / "golden"
+OPTS = slurm.JobOptions(results="/scratch/caraml results", python="/usr/bin/python3", source="/opt/caraml/src")
+
+
+def _check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("CARAML_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs; rerun with CARAML_UPDATE_GOLDEN=1 after checking the change"
+
+
+def _profile(tag: str, **site) -> dict:
+    p = dict(systems.get(tag))
+    p["site"] = {**p["site"], **site}
+    return p
+
+
+def test_golden_llm_13b_on_jupiter_with_container():
+    point = expand(suite_mod.load("llm_training"), {"13B"}, "JUPITER")[0]
+    profile = _profile("JUPITER", account="jscbench", reservation="bench", constraint="hopper",
+                       sbatch_lines=["--exclusive"], env={"NCCL_DEBUG": "WARN"}, srun_args=["--cpu-bind=none"],
+                       container_dir="/p/containers")
+    _check_golden("llm_13B_JUPITER.sh", slurm.render(point, profile, OPTS, "/scratch/logs/%j.out"))
+
+
+def test_golden_image_classification_srun_per_gpu_without_container():
+    point = expand(suite_mod.load("image_classification"), {"bf16"}, "A100")[2]
+    point.launcher = "srun"
+    profile = _profile("A100", container_image="", gpu_option="gpus-per-node", signal_before_s=300)
+    _check_golden("ic_A100_srun.sh", slurm.render(point, profile, OPTS, "/scratch/logs/%j.out"))
+
+
+def test_every_value_stays_data(tmp_path):
+    """A value with spaces, quotes and $(...) reaches the worker as one unchanged argument."""
+    nasty = "x $(touch PWNED) `touch PWNED2` 'q' \"d\" ; rm -rf ~"
+    point = Point(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
+                  params={"model": nasty, "batch_size": 8}, shown={"model": nasty})
+    profile = _profile("CPU", partition="debug $(touch PWNED3)", hostname_suffix="i'; touch PWNED4; '",
+                       env={"CARAML_NOTE": "a b $(touch PWNED5)"})
+    script = slurm.render(point, profile, OPTS, str(tmp_path / "log %j.out"))
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    # Run the script's shell lines with real bash, `srun` printing its arguments instead of launching.
+    lines = [ln for ln in script.splitlines() if not ln.startswith("#SBATCH")]
+    body = "\n".join(lines).replace("\nsrun ", "\nprintf '%s\\0' ").replace("scontrol show hostnames", "echo")
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "7"}
+    proc = subprocess.run(["bash", "-c", body + "\n"], capture_output=True, cwd=tmp_path, env=env)
+    args = proc.stdout.decode().split("\0")
+    assert f"model={nasty}" in args
+    assert "--rdzv-endpoint=node1i'; touch PWNED4; ':29500" in args
+    assert not list(tmp_path.glob("PWNED*"))
+    assert "#SBATCH --partition='debug $(touch PWNED3)'" in script
+    assert "export CARAML_NOTE='a b $(touch PWNED5)'" in script
+
+
+def test_line_breaks_in_values_are_refused():
+    point = Point(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
+                  params={"model": "a\nb"})
+    with pytest.raises(Exception, match="line break"):
+        slurm.render(point, _profile("CPU"), OPTS, "/tmp/x.out")
+
+
+def test_apptainer_commands():
+    h100, mi250 = _profile("H100", container_dir="/p/c"), _profile("MI250", container_image="/p/rocm.sif")
+    sif = "/p/c/nvcr.io_nvidia_pytorch_24.09-py3.sif"
+    assert container.pull_command(h100) == ["apptainer", "pull", sif, "docker://nvcr.io/nvidia/pytorch:24.09-py3"]
+    assert container.exec_prefix(h100, ["/r", "/src"]) == ["apptainer", "exec", "--nv", "--bind", "/r,/src", sif]
+    assert container.exec_prefix(mi250, ["/r"]) == ["apptainer", "exec", "--rocm", "--bind", "/r", "/p/rocm.sif"]
+    assert caraml("container", "pull", "--system", "H100", "--print", check=0).stdout.startswith("apptainer pull ")
+    assert "names no image to pull" in caraml("container", "pull", "--system", "CPU", check=2).stderr
+
+
+def test_slurm_dry_run_writes_scripts_and_submits_nothing(tmp_path):
+    caraml("sweep", "image_classification", "--system", "H100", "--tag", "bf16", "--executor", "slurm",
+           "--dry-run", "--results", tmp_path, check=0)
+    scripts = sorted((tmp_path / "sweep" / "jobs").glob("*.sh"))
+    assert len(scripts) == 7
+    assert all("#SBATCH --gres=gpu:4" in s.read_text() and "apptainer exec --nv" in s.read_text() for s in scripts)
+    assert not (tmp_path / "sweep-state.json").exists()
+
+
+def test_slurm_without_slurm_commands_is_bad_input(tmp_path):
+    from conftest import cli_env
+
+    env = cli_env(PATH=str(Path(os.sys.executable).parent))
+    proc = caraml("sweep", "image_classification", "--system", "CPU", "--executor", "slurm", "--results", tmp_path,
+                  env=env, check=2)
+    assert "needs the SLURM commands sbatch" in proc.stderr
+    assert not (tmp_path / "sweep-state.json").exists()

@@ -1,0 +1,148 @@
+"""End to end against a real single-node SLURM cluster started here: submit, signal, collect."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import caraml, cli_env, records_in
+
+pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or os.geteuid() != 0,
+                                reason="needs Debian's slurmctld/slurmd and root")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slurm")
+    for d in ("state", "spool", "log"):
+        (root / d).mkdir()
+    conf = root / "slurm.conf"
+    conf.write_text(f"""ClusterName=caramltest
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+ReturnToService=2
+MinJobAge=600
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+NodeName=localhost CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+""")
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    subprocess.run(["slurmctld", "-i"], env=env, check=True)
+    subprocess.run(["slurmd"], env=env, check=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
+            if out.strip() == "idle":
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the SLURM node did not become idle:\n" + (root / "log" / "slurmctld.log").read_text()[-2000:])
+        yield env
+    finally:
+        for name in ("slurmd.pid", "slurmctld.pid"):  # stop exactly the daemons started here
+            pid_file = root / name
+            if pid_file.exists():
+                try:
+                    os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+                except (ProcessLookupError, ValueError):
+                    pass
+        time.sleep(1)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _queue(env) -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
+
+
+def test_sweep_on_slurm_ok_interrupted_and_lost(slurm_cluster, tmp_path):
+    env = cli_env(SLURM_CONF=slurm_cluster["SLURM_CONF"])
+    results = tmp_path / "results"
+    suite = tmp_path / "two.yaml"
+    suite.write_text("""
+workload: image_classification
+preset: smoke
+params:
+  warmup_steps: 1
+  measure_steps: 3
+  measure_seconds: 0,600   # the second point would run ten minutes: it is stopped by the warning signal
+launch:
+  devices_per_node: 2      # torchrun, two gloo processes per job
+  time_limit: "00:15:00"
+""")
+    caraml("sweep", suite, "--system", "CPU", "--executor", "slurm", "--results", results, env=env, check=0)
+    scripts = sorted((results / "sweep" / "jobs").glob("*.sh"))
+    assert len(scripts) == 2 and "--signal=B:USR2@120" in scripts[0].read_text()
+    state = __import__("json").loads((results / "sweep-state.json").read_text())
+    jobs = {e["point"]["params"]["measure_seconds"]: job for job, e in state["jobs"].items()}
+    short, long = jobs[0.0], jobs[600.0]
+
+    logs = results / "sweep" / "logs"
+    # What --signal=B:USR2@120 does before the time limit, sent now: to the batch shell only.
+    _wait(lambda: any("measuring" in p.read_text() for p in logs.glob(f"*-{long}.out")), 120, "the long job to measure")
+    subprocess.run(["scancel", "--batch", "--signal=USR2", long], env=env, check=True)
+    _wait(lambda: not _queue(env), 90, "both jobs to end")
+
+    out = caraml("sweep", "--continue", "--results", results, env=env, check=0).stdout
+    assert f"job {short}: ok" in out and f"job {long}: interrupted" in out
+    records = {r["env"]["slurm"]["SLURM_JOB_ID"]: r for r in records_in(results)}
+    assert records[short]["status"] == "ok" and records[short]["launch"]["world_size"] == 2
+    stopped = records[long]
+    assert stopped["status"] == "interrupted" and "SIGUSR2" in stopped["error"]
+    assert stopped["metrics"]["throughput"]["value"] > 0  # what it measured before the signal is kept
+
+    # A job that ends without a record (cancelled while queued) is recorded as failed by --continue;
+    # --resume skips the ok point and resubmits the rest.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "CPU.toml").write_text('[site]\nsbatch_lines = ["--begin=now+1hour"]\n')
+    env2 = dict(env, CARAML_SYSTEMS_PATH=str(site))
+    sub = caraml("sweep", suite, "--system", "CPU", "--executor", "slurm", "--results", results, "--resume",
+                 env=env2, check=0)
+    assert "1 jobs submitted, 1 points skipped" in sub.stderr
+    waiting = _queue(env)
+    assert len(waiting) == 1
+    assert f"job {waiting[0]}: still PENDING" in caraml("sweep", "--continue", "--results", results, env=env,
+                                                       check=0).stdout
+    subprocess.run(["scancel", waiting[0]], env=env, check=True)
+    _wait(lambda: not _queue(env), 30, "the cancelled job to leave the queue")
+    out = caraml("sweep", "--continue", "--results", results, env=env, check=0).stdout
+    assert f"job {waiting[0]}: failed" in out
+    lost = [r for r in records_in(results) if r["env"]["slurm"]["SLURM_JOB_ID"] == waiting[0]]
+    assert len(lost) == 1 and "CANCELLED" in lost[0]["error"]
