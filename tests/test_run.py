@@ -84,7 +84,7 @@ def test_inductor_whole_step(results):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (("run", "nosuch"), "unknown workload 'nosuch'; choose one of: image_classification"),
+    (("run", "nosuch"), "unknown workload 'nosuch'; choose one of: fno, image_classification, llm_training"),
     (("run", "image_classification", "model=resnet5"), "model=resnet5 is not a torchvision classification model"),
     (("run", "image_classification", "precision=fp64"), "precision=fp64 is not valid; choose one of: fp32, tf32"),
     (("run", "image_classification", "compile_mode=fast"), "compile_mode=fast is not valid; choose one of: default"),

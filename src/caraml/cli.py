@@ -54,6 +54,10 @@ def _result(args) -> int:
     from caraml.results.table import render_tables
 
     selection = select(args.results, args.workload, args.where)
+    if args.format == "json":  # the records themselves, for other tools
+        records = [{k: v for k, v in r.items() if not k.startswith("_")} for p in selection.points for r in p.records]
+        print(json.dumps(records, indent=1, default=str))
+        return 0
     sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns)), args.format))
     return 0
 

@@ -58,6 +58,8 @@ PARAMS = [
     Param("lr", float, 0.1, "SGD learning rate", minimum=0.0),
     Param("momentum", float, 0.9, "SGD momentum", minimum=0.0),
     Param("weight_decay", float, 1e-4, "SGD weight decay", minimum=0.0),
+    Param("sgd_impl", str, "foreach", "SGD kernels: foreach (PyTorch's default), fused (one kernel), for-loop",
+          choices=("foreach", "fused", "for-loop")),
 ]
 
 PRESETS = {
@@ -174,8 +176,9 @@ class Bench:
         model = torchvision.models.get_model(p["model"], num_classes=p["num_classes"])
         model = model.to(device=device, memory_format=self.memory_format).train()
         self.criterion = torch.nn.CrossEntropyLoss()
+        impl = {"foreach": {"foreach": True}, "fused": {"fused": True}, "for-loop": {"foreach": False}}[p["sgd_impl"]]
         self.optimizer = torch.optim.SGD(model.parameters(), lr=p["lr"], momentum=p["momentum"],
-                                         weight_decay=p["weight_decay"])
+                                         weight_decay=p["weight_decay"], **impl)
         dtype = _autocast_dtype(p["precision"])
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
         self.scaler = torch.amp.GradScaler(device.type) if p["precision"] == "fp16" else None

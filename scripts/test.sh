@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh Debian machine (as root) and runs them.
+# System packages: SLURM (the tests start a single-node cluster), JUBE, chromium (report check).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v slurmctld >/dev/null || need+=(slurmctld slurmd slurm-client munge)
+command -v jube >/dev/null || need+=(jube)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[test,hdf5]'
+exec .venv/bin/python -m pytest -q "$@"
