@@ -32,6 +32,7 @@ POINTS = {  # name -> caraml parameters, or ("plain", plain_loop arguments)
     "caraml_eager_fused": ["compile=none", "sgd_impl=fused"],
     "caraml_compiled_fused": ["compile=inductor", "sgd_impl=fused"],
     "caraml_reduce_overhead_fused": ["compile=inductor", "compile_mode=reduce-overhead", "sgd_impl=fused"],
+    "caraml_max_autotune_fused": ["compile=inductor", "compile_mode=max-autotune", "sgd_impl=fused"],
     "caraml_max_autotune_nocg_fused": ["compile=inductor", "compile_mode=max-autotune-no-cudagraphs",
                                        "sgd_impl=fused"],
 }
@@ -79,6 +80,9 @@ def run(name: str, spec, results: Path, timeout: float) -> dict:
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--only")]
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")), list(POINTS))
+    unknown = [name for name in only if name not in POINTS]
+    if unknown:
+        sys.exit(f"ic_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
     out = Path(args[0] if args else os.environ.get("OUT", "bench-out"))
     out.mkdir(parents=True, exist_ok=True)
     budget = float(os.environ.get("IC_BENCH_BUDGET_S", "560"))
