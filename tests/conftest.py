@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_cluster import slurm_cluster  # noqa: F401 (a session fixture: one cluster for all tests)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 

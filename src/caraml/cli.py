@@ -241,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container
 
     add_campaign_parsers(sub, DEFAULT_RESULTS)
+    from caraml.campaign.single import add_parser as add_launch_parser  # launch (one point, for JUBE)
+    from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
+
+    add_launch_parser(sub, DEFAULT_RESULTS)
+    add_row_parser(sub)
     return parser
 
 

@@ -30,6 +30,8 @@ class JobOptions:
     results: str  # absolute results directory (the jobs write their records there)
     python: str  # interpreter on the compute nodes (outside a container)
     source: str = ""  # folder put first on PYTHONPATH (default: this caraml's source tree)
+    record: str = ""  # when set, the run prints its record as JSON into this file (rank 0 prints it)
+    done_file: str = ""  # when set, created when the job ends, however it ends (JUBE's done_file)
 
 
 def q(value) -> str:
@@ -88,7 +90,7 @@ def _worker(point: Point, profile: dict, opts: JobOptions) -> list[str]:
         binds = [opts.source or source_root(), opts.results] + list(site.get("container_binds", []))
         prefix = [q(w) for w in container.exec_prefix(profile, binds)]
         python = site.get("container_python", "python3")
-    run = [q(w) for w in caraml_run_args(point, opts.results)]
+    run = [q(w) for w in caraml_run_args(point, opts.results, json_out=bool(opts.record))]
     port = int(site.get("rdzv_port", 29500))
     if point.launcher == "srun":  # one task per device: ranks from SLURM's variables
         ranks = ('export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS '
@@ -120,6 +122,7 @@ def render(point: Point, profile: dict, opts: JobOptions, log: str) -> str:
     out += [
         "",
         "set -u",
+        *([f"trap {q('touch ' + q(opts.done_file))} EXIT", ""] if opts.done_file else []),
         f"export CARAML_SWEEP_POINT={q(point.id)}",
         f'export PYTHONPATH={q(source)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         *env_lines,
@@ -136,7 +139,7 @@ def render(point: Point, profile: dict, opts: JobOptions, log: str) -> str:
         '  if [ -n "$caraml_step" ]; then kill -USR2 "$caraml_step" 2>/dev/null; fi',
         "}",
         "trap caraml_forward USR2 TERM",
-        " ".join(srun + _worker(point, profile, opts)) + " &",
+        " ".join(srun + _worker(point, profile, opts)) + (f" > {q(opts.record)}" if opts.record else "") + " &",
         "caraml_step=$!",
         'wait "$caraml_step"; rc=$?',
         '# a trapped signal ends `wait` early: wait again until the step has written its record',

@@ -27,8 +27,10 @@ class Plan:
 
 
 def plan(suite_name: str, tags: list[str], system: str | None, overrides: dict[str, str],
-         need_system: bool = False) -> Plan:
+         need_system: bool = False, preset: str | None = None) -> Plan:
     suite = suite_mod.load(suite_name)
+    if preset is not None:  # a workload preset in place of the suite's (checked when the suite expands)
+        suite.preset = preset
     expand_mod.check_tags(suite, tags)
     if system is None:  # JUBE style: the system is one of the tags (`--tag H100`)
         named = [t for t in tags if t in systems.known_tags()]
