@@ -88,7 +88,7 @@ def test_image_classification_on_cpu_run_continue_result(tree):
 
     # The same runs are in caraml's store of this JUBE run, with the numbers JUBE shows.
     store = sorted((tree / IC_RUN).iterdir())[-1] / "caraml-results"
-    recorded = json.loads(caraml("result", "--results", store, "--format", "json", check=0).stdout)
+    recorded = json.loads(caraml("result", "--results", store, "--format", "rows-json", check=0).stdout)
     by_batch = {r["global_batch_size"]: r["throughput"] for r in recorded}
     assert {gbs: f"{v:.1f}" for gbs, v in by_batch.items()} == {int(r["GlobalBatchSize"]): r["Images/s"]
                                                                  for r in rows}

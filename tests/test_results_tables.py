@@ -40,7 +40,7 @@ def smoke(tmp_path_factory) -> Path:
 def test_smoke_repeats_collapse_into_one_row_with_median_and_spread(smoke):
     recs = records_in(smoke)
     assert len(recs) == 2 and recs[0]["id"] == recs[1]["id"]
-    rows = json.loads(caraml("result", "--results", smoke, "--format", "json", check=0).stdout)
+    rows = json.loads(caraml("result", "--results", smoke, "--format", "rows-json", check=0).stdout)
     assert len(rows) == 1
     row = rows[0]
     values = sorted(r["metrics"]["throughput"]["value"] for r in recs)
@@ -66,7 +66,7 @@ def test_golden_tables_of_every_workload(campaign):
 
 
 def test_derived_columns(campaign):
-    rows = json.loads(caraml("result", "--results", campaign, "--format", "json", check=0).stdout)
+    rows = json.loads(caraml("result", "--results", campaign, "--format", "rows-json", check=0).stdout)
     llm = {r["devices"]: r for r in rows if r["workload"] == "llm_training" and r["system"] == "H100"}
     assert (llm[8]["tp"], llm[8]["pp"], llm[8]["dp"]) == (2, 1, 4)
     assert llm[4]["time_per_iteration_s"] == pytest.approx(256 * 2048 / 400_000)
@@ -88,7 +88,7 @@ def test_where_and_columns(campaign):
                  "--format", "csv", check=0).stdout
     assert out.splitlines() == ["System,Devices,Images/s,Runs", "H100,1,2500.0,3", "H100,1,1000.0,1",
                                 "H100,4,9600.0,1", "H100,8,18000.0,1"]
-    failed = caraml("result", "--results", campaign, "--where", "status=oom", "--format", "json", check=0).stdout
+    failed = caraml("result", "--results", campaign, "--where", "status=oom", "--format", "rows-json", check=0).stdout
     assert [r["system"] for r in json.loads(failed)] == ["A100"]
     # a column of one workload only: the others' tables simply leave it out
     both = caraml("result", "--results", campaign, "--columns", "system,tp", "--format", "csv", check=0).stdout

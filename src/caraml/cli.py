@@ -58,7 +58,8 @@ def _result(args) -> int:
         records = [{k: v for k, v in r.items() if not k.startswith("_")} for p in selection.points for r in p.records]
         print(json.dumps(records, indent=1, default=str))
         return 0
-    sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns)), args.format))
+    fmt = "json" if args.format == "rows-json" else args.format
+    sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns)), fmt))
     return 0
 
 
@@ -183,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     _selection_args(result)
     result.add_argument("--columns", action="append", metavar="a,b,...",
                         help="show these columns (keys or headers, e.g. system,throughput,units_per_wh)")
-    result.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
+    result.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "rows-json"),
+                        help="json: the records themselves; rows-json: the table rows as JSON objects")
     result.set_defaults(func=_result)
 
     compare = sub.add_parser("compare", help="the same configurations side by side across systems, precisions, ...",
@@ -253,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # key=value pairs may come before or after options (`run W --preset smoke batch_size=8`).
     args, extra = parser.parse_known_args(argv)
-    if extra and hasattr(args, "params") and all("=" in e and not e.startswith("-") for e in extra):
-        args.params = list(args.params) + extra
+    listed = "params" if hasattr(args, "params") else "overrides" if hasattr(args, "overrides") else None
+    if extra and listed and all("=" in e and not e.startswith("-") for e in extra):
+        setattr(args, listed, list(getattr(args, listed) or []) + extra)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))
     try:

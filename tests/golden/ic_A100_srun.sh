@@ -1,6 +1,6 @@
 #!/bin/bash
-# caraml sweep point 804b3954feab7d72 on A100: global_batch_size=128, model=resnet50, precision=bf16, compile=none, compile_mode=default, channels_last=False, batch_size=32, nodes=1, time_limit=01:00:00, devices_per_node=4
-#SBATCH --job-name=caraml-image_classification-804b3954feab7d72
+# caraml sweep point 898bb9c039510d38 on A100: global_batch_size=128, model=resnet50, precision=bf16, compile=none, compile_mode=default, channels_last=False, batch_size=32, nodes=1, time_limit=01:00:00, devices_per_node=4
+#SBATCH --job-name=caraml-image_classification-898bb9c039510d38
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=8
@@ -11,7 +11,7 @@
 #SBATCH --output=/scratch/logs/%j.out
 
 set -u
-export CARAML_SWEEP_POINT=804b3954feab7d72
+export CARAML_SWEEP_POINT=898bb9c039510d38
 export PYTHONPATH=/opt/caraml/src"${PYTHONPATH:+:$PYTHONPATH}"
 # rendezvous at the first host of the allocation (plus the site's interconnect suffix)
 caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"i
@@ -25,7 +25,7 @@ caraml_forward() {
   if [ -n "$caraml_step" ]; then kill -USR2 "$caraml_step" 2>/dev/null; fi
 }
 trap caraml_forward USR2 TERM
-srun --nodes=1 --ntasks-per-node=4 bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec "$@"' caraml-task /usr/bin/python3 -m caraml run image_classification model=resnet50 image_size=224 num_classes=1000 batch_size=32 precision=bf16 compile=none compile_mode=default compile_scope=model channels_last=false data=synthetic-host workers=4 cudnn_benchmark=true lr=0.1 momentum=0.9 weight_decay=0.0001 warmup_steps=10 measure_steps=50 measure_seconds=0.0 seed=0 device=auto power=auto power_interval_ms=100.0 idle_baseline_s=0.0 --preset default --system A100 --results '/scratch/caraml results' &
+srun --nodes=1 --ntasks-per-node=4 bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec "$@"' caraml-task /usr/bin/python3 -m caraml run image_classification model=resnet50 image_size=224 num_classes=1000 batch_size=32 precision=bf16 compile=none compile_mode=default compile_scope=model channels_last=false data=synthetic-host workers=4 cudnn_benchmark=true lr=0.1 momentum=0.9 weight_decay=0.0001 sgd_impl=foreach warmup_steps=10 measure_steps=50 measure_seconds=0.0 seed=0 device=auto power=auto power_interval_ms=100.0 idle_baseline_s=0.0 --preset default --system A100 --results '/scratch/caraml results' &
 caraml_step=$!
 wait "$caraml_step"; rc=$?
 # a trapped signal ends `wait` early: wait again until the step has written its record
