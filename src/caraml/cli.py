@@ -23,9 +23,7 @@ def _run(args) -> int:
 
     spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
                    system=args.system, results=args.results)
-    from caraml.power.run import monitor_factory
-
-    record = execute(spec, monitor_factory=monitor_factory)
+    record = execute(spec)
     from caraml.distributed import launch_env
 
     if launch_env().is_main:

@@ -79,7 +79,9 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
 
     m = Measurement()
     bench = None
-    monitor = monitor_factory(record, store.runs) if monitor_factory else None
+    if monitor_factory is None:
+        from caraml.power.run import monitor_factory  # the default: power=auto|off|methods decides
+    monitor = monitor_factory(record, store.runs)
     with StopRequested() as stop:
         try:
             if monitor:
@@ -101,9 +103,7 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
             record["traceback"] = traceback.format_exc()[-8000:]
         finally:
             if monitor:
-                energy = monitor.stop()  # at once: sampling must end with the run
-                if energy is not None:
-                    record["metrics"]["energy"] = energy
+                monitor.stop()  # at once: sampling ends with the run
 
     if bench is not None:
         interrupted = record["status"] != "ok"
@@ -112,10 +112,10 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
             record["metrics"].update(metrics(bench, values, device, dist, m, peak, wl.unit, interrupted))
         record["metrics"].update(bench.details())
         bench.close()
-    if monitor and hasattr(monitor, "finish"):  # energy needs the units of the measured window
+    if monitor:  # energy needs the units of the measured window
         record["metrics"]["energy"] = monitor.finish(record["metrics"], dist, gather=record["status"] == "ok")
     record["metrics"].setdefault("energy", {"total_wh": None, "available": False,
-                                            "reason": "no power monitor was attached to this run"})
+                                            "reason": "no power monitor was attached to this run (power=off)"})
     record["finished_at"] = rec.now()
     if dist.is_main:
         record["path"] = str(store.save(record))

@@ -74,7 +74,7 @@ class RunMonitor:
 
     def stop(self) -> None:
         if self.sampler is None:
-            return None
+            return
         try:
             self.node = self.sampler.stop()
         except Exception as exc:  # noqa: BLE001
@@ -82,7 +82,6 @@ class RunMonitor:
                          "traceback": traceback.format_exc()[-2000:]}
         if self.failure:
             self.node = {"available": False, "host": self.sampler.host, "reason": self.failure}
-        return None
 
     def finish(self, metrics: dict, dist, gather: bool) -> dict:
         """The record's metrics.energy, from every node's summary (gathered when all ranks finished)."""
