@@ -81,3 +81,26 @@ def test_result_over_several_records(results):
 def test_result_without_records_is_bad_input(tmp_path):
     proc = caraml("result", "--results", tmp_path / "empty", check=2)
     assert "empty" in proc.stderr and "caraml run" in proc.stderr
+
+
+def test_index_is_rebuilt_from_record_files(results):
+    caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", "power=off",
+           "--results", results, check=0)
+    from caraml.results.store import Store
+
+    store = Store(results)
+    store.index_path.unlink()  # e.g. lost, or a write that failed on a parallel file system
+    caraml("result", "--results", results, check=0)
+    assert len(store.query("SELECT run_id FROM runs")) == 1
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_bad_input(results, value):
+    proc = caraml("run", "image_classification", f"measure_seconds={value}", "--results", results, check=2)
+    assert f"measure_seconds={value} is not a finite number" in proc.stderr
+
+
+def test_unbuilt_workload_is_refused_before_anything_starts(results):
+    proc = caraml("run", "llm_training", "--results", results, check=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not built yet" in lines[0]

@@ -52,6 +52,9 @@ def _result(args) -> int:
     from caraml.results.table import render_tables
 
     selection = select(args.results, args.workload, args.where)
+    from caraml.results.store import Store
+
+    Store(args.results).sync_index()
     if args.format == "json":  # the records themselves, for other tools
         records = [{k: v for k, v in r.items() if not k.startswith("_")} for p in selection.points for r in p.records]
         print(json.dumps(records, indent=1, default=str))

@@ -69,3 +69,12 @@ def shutdown(ctx: DistContext) -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def launcher() -> str:
+    """How this process was started: torchrun, srun (one task per device), or a single process."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "SLURM_PROCID" in os.environ:
+        return "srun"
+    return "single"

@@ -7,6 +7,7 @@ line. Parsing is strict: unknown keys, wrong types and values outside the choice
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -58,10 +59,13 @@ class Param:
             if self.type is int:
                 return int(text)
             if self.type is float:
-                return float(text)
+                value = float(text)
+                if not math.isfinite(value):
+                    raise ValueError
+                return value
             return text
         except ValueError:
-            kind = {bool: "on/off (true/false, 1/0)", int: "an integer", float: "a number"}[self.type]
+            kind = {bool: "on/off (true/false, 1/0)", int: "an integer", float: "a finite number"}[self.type]
             raise BadInput(f"{workload}: {self.name}={raw} is not {kind}") from None
 
 

@@ -52,11 +52,13 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
     from caraml.measure import env as env_mod
 
     wl, values = resolve_params(spec)
+    if not wl.built:
+        wl.build(values, None, None)  # says, as bad input, that this workload is not built yet
     dist = distributed.launch_env()
     device = _pick_device(values["device"], dist)
     if wl.check_device:
         wl.check_device(values, device)
-    tag = systems.get(spec.system)["tag"] if spec.system else systems.detect()
+    tag = systems.get(spec.system)["tag"] if spec.system else systems.detect(device)
     profile = systems.get(tag)
     store = Store(spec.results)
     if dist.is_main:
@@ -66,11 +68,12 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
     started = rec.now()
     cid = rec.config_id(wl.name, values, tag, dist.world_size, dist.nodes)
     record: dict[str, Any] = {
-        "schema": rec.SCHEMA_VERSION, "id": cid, "run_id": rec.run_id(cid, started), "workload": wl.name,
+        "schema": rec.SCHEMA_VERSION, "id": cid, "workload": wl.name,
+        "run_id": rec.run_id(cid, started) + ("" if dist.is_main else f"-rank{dist.rank}"),
         "status": "failed", "preset": spec.preset, "params": values,
         "system": {"tag": tag, "detected": spec.system is None, "profile": profile},
         "launch": {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
-                   "backend": dist.backend, "launcher": "torchrun" if dist.world_size > 1 else "single",
+                   "rank": dist.rank, "backend": dist.backend, "launcher": distributed.launcher(),
                    "device": str(device)},
         "metrics": {}, "env": env_mod.collect(), "started_at": started, "finished_at": None, "error": None,
     }
@@ -105,21 +108,24 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
             if monitor:
                 monitor.stop()  # at once: sampling ends with the run
 
+    # After a stop all ranks agreed on, collectives are still safe; after a failure they are not.
+    collective = record["status"] == "ok" or (record["status"] == "interrupted" and m.stop_signal is not None)
     if bench is not None:
-        interrupted = record["status"] != "ok"
         peak = systems.peak_tflops(profile, values.get("precision", "fp32"))
         if m.steps or m.warmup_times:
-            record["metrics"].update(metrics(bench, values, device, dist, m, peak, wl.unit, interrupted))
+            record["metrics"].update(metrics(bench, values, device, dist, m, peak, wl.unit, not collective))
         record["metrics"].update(bench.details())
         bench.close()
     if monitor:  # energy needs the units of the measured window
-        record["metrics"]["energy"] = monitor.finish(record["metrics"], dist, gather=record["status"] == "ok")
+        record["metrics"]["energy"] = monitor.finish(record["metrics"], dist, gather=collective)
     record["metrics"].setdefault("energy", {"total_wh": None, "available": False,
                                             "reason": "no power monitor was attached to this run (power=off)"})
     record["finished_at"] = rec.now()
-    if dist.is_main:
+    # Rank 0 writes the run's record; another rank writes one only when it failed on its own (rank 0
+    # may then be stuck in a collective and be killed by torchrun before it can).
+    if dist.is_main or record["status"] in ("oom", "failed"):
         record["path"] = str(store.save(record))
-    if record["status"] == "ok":
+    if collective:
         distributed.shutdown(dist)
     return record
 

@@ -102,10 +102,14 @@ def collect() -> dict:
         ]
         driver, nvml = _nvml_devices()
         manifest["driver"] = driver
-        for dev, info in zip(manifest["devices"], nvml):
-            dev["uuid"] = info.get("uuid")
-            if "power_limit_w" in info:
-                dev["power_limit_w"] = info["power_limit_w"]
+        by_uuid = {str(info.get("uuid", "")).removeprefix("GPU-"): info for info in nvml}
+        for dev in manifest["devices"]:
+            uuid = str(getattr(torch.cuda.get_device_properties(dev["index"]), "uuid", ""))
+            info = by_uuid.get(uuid)  # CUDA_VISIBLE_DEVICES and CUDA's ordering differ from NVML's
+            if info:
+                dev["uuid"] = info["uuid"]
+                if "power_limit_w" in info:
+                    dev["power_limit_w"] = info["power_limit_w"]
     else:
         manifest["devices"] = []
         manifest["driver"] = None

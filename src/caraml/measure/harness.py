@@ -8,6 +8,7 @@ stops cleanly at SIGTERM, SIGINT or SIGUSR2 (SLURM's warning signal), keeping wh
 from __future__ import annotations
 
 import signal
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ HARNESS_PARAMS = [
     Param("device", str, "auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu")),
 ] + POWER_PARAMS
 
+# Ranks agree on stopping every this many measured steps: one small all-reduce, not one per step.
+STOP_CHECK_EVERY = 10
 STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s)
 
 
@@ -79,21 +82,21 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
         monitor.mark("warmup")
     say(f"warm-up: {p['warmup_steps']} steps", dist)
     start = time.perf_counter()
-    for _ in range(p["warmup_steps"]):
+    for i in range(p["warmup_steps"]):
         t0 = time.perf_counter()
         bench.step()
         sync()
         m.warmup_times.append(time.perf_counter() - t0)
-        if stop.signal:
-            m.stop_signal = stop.signal
+        if _stop_agreed(stop, dist, m, every=1):
             return
     m.warmup_s = time.perf_counter() - start
 
     steps = p["measure_steps"]
     if p["measure_seconds"] > 0:
-        # Every rank must run the same number of steps: fix it from the slowest last warm-up step.
-        last = dist.all_reduce(m.warmup_times[-1], "max")
-        steps = max(1, int(p["measure_seconds"] / max(last, 1e-9)))
+        # Every rank must run the same number of steps: fix it from the slowest rank's typical warm-up
+        # step (the median of the last three, so a first step that compiled does not count alone).
+        typical = statistics.median(m.warmup_times[-3:] if len(m.warmup_times) > 1 else m.warmup_times)
+        steps = max(1, int(p["measure_seconds"] / max(dist.all_reduce(typical, "max"), 1e-9)))
     dist.barrier()
     m.phase = "measure"
     if monitor:
@@ -105,8 +108,7 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
         bench.step()
         clock.tick()
         m.steps += 1
-        if stop.signal:
-            m.stop_signal = stop.signal
+        if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
             break
     m.wall_s, m.step_times = clock.stop()
     m.phase = "done"
@@ -114,9 +116,24 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
         monitor.mark("done")
 
 
+def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int) -> bool:
+    """Whether to stop now. With several ranks the decision is collective (every `every` steps), so all
+    ranks leave the loop at the same step and can still agree on the window and the energy."""
+    if dist.world_size == 1:
+        stopped = stop.signal is not None
+    elif (m.steps if m.phase == "measure" else len(m.warmup_times)) % every:
+        return False
+    else:
+        stopped = dist.all_reduce(1.0 if stop.signal else 0.0, "max") > 0
+    if stopped:
+        m.stop_signal = stop.signal or "a stop signal on another rank"
+    return stopped
+
+
 def metrics(bench, p: dict, device, dist, m: Measurement, peak_tflops: float | None, unit: str,
             interrupted: bool) -> dict:
-    """Throughput, step times, FLOP rates and memory from one measurement."""
+    """Throughput, step times, FLOP rates and memory from one measurement. `interrupted`: the ranks did
+    not stop together, so no collectives (other ranks may be gone)."""
     if interrupted:
         # Other ranks may be gone: no collectives. Rank 0's window stands for all, said so in the record.
         wall, units = m.wall_s, bench.units_per_step * m.steps * dist.world_size
@@ -140,7 +157,7 @@ def metrics(bench, p: dict, device, dist, m: Measurement, peak_tflops: float | N
         "measured_time_s": wall,
         "step_time_s": steady,
         "warmup": {"steps": len(m.warmup_times), "time_s": m.warmup_s or sum(m.warmup_times),
-                   "first_step_s": first, "compile_s": compile_s},
+                   "first_step_s": first, "compile_s": compile_s, "step_times_s": m.warmup_times},
         "flops_per_unit": bench.flops_per_unit,
         "flops_convention": bench.flops_convention,
         "tflops_per_device": tflops,

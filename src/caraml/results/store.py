@@ -43,8 +43,11 @@ class Store:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record, indent=1, default=str))
         os.replace(tmp, path)
-        with self._connect() as con:
-            con.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", _row(record, path))
+        try:
+            with self._connect() as con:
+                con.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", _row(record, path))
+        except sqlite3.Error as exc:  # the record file is the truth; `caraml result` rebuilds the index
+            print(f"caraml: warning: index {self.index_path} not updated ({exc}); the record is saved", file=sys.stderr)
         return path
 
     def load(self, warn=True, skipped: list[str] | None = None) -> list[dict]:
@@ -74,6 +77,15 @@ class Store:
             for r in records:
                 con.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", _row(r, Path(r["_path"])))
         return len(records)
+
+    def sync_index(self) -> None:
+        """Rebuild the index when it misses records (e.g. a save whose index write failed)."""
+        try:
+            files = len(list(self.runs.glob("*.json"))) if self.runs.is_dir() else 0
+            if files and self.query("SELECT COUNT(*) FROM runs")[0][0] != files:
+                self.reindex()
+        except sqlite3.Error as exc:
+            print(f"caraml: warning: index {self.index_path} cannot be rebuilt ({exc})", file=sys.stderr)
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._connect() as con:

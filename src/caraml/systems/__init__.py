@@ -82,12 +82,15 @@ def match_device_name(name: str) -> str | None:
     return best[1] if best else None
 
 
-def detect() -> str:
-    """The tag of the machine we run on: from the first accelerator's name, else CPU."""
+def detect(device=None) -> str:
+    """The tag of the system a run uses: from its accelerator's name (the first one when no device is
+    given), CPU for a run on the CPU or a machine without accelerator."""
     import torch
 
+    if device is not None and device.type == "cpu":
+        return "CPU"
     if torch.cuda.is_available():
-        name = torch.cuda.get_device_name(0)
+        name = torch.cuda.get_device_name(device if device is not None else 0)
         tag = match_device_name(name)
         if tag is None:
             raise BadInput(
