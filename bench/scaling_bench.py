@@ -46,10 +46,14 @@ def main() -> None:
     results = out / "results"
     gpus = torch.cuda.device_count()
     counts = [n for n in (1, 2, 4, 8) if n <= gpus]
+    base_params = BASE
+    if not gpus:  # a self-check of the whole pipeline on the CPU: 1 and 2 processes (gloo), smoke-sized
+        counts, settings = [1, 2], ""
+        base_params = ["--preset", "smoke", "image_size=32", "measure_steps=4", "device=cpu"]
     rows = []
     for n in counts:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), "-m",
-               "caraml", "run", "image_classification", *BASE, *shlex.split(settings), "--results", str(results),
+               "caraml", "run", "image_classification", *base_params, *shlex.split(settings), "--results", str(results),
                "--json"]
         print(f"scaling_bench: {n} GPU(s): {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
         start = time.monotonic()
