@@ -30,16 +30,18 @@ def record(workload: str, system: str, params: dict, throughput: float | None, *
                "mfu": mfu, "tflops_per_device": tflops, "peak_memory_bytes": peak_memory}
     if energy_wh is None:
         metrics["energy"] = {"total_wh": None, "available": False, "reason": "no power monitor was attached"}
-    else:
+    else:  # the shape caraml.power.energy.combine writes: total_wh is the measured window's energy
         metrics["energy"] = {
-            "total_wh": energy_wh, "available": True, "source": "counter", "units_per_wh": units_per_wh,
-            "devices": [{"host": "node1", "uuid": f"GPU-{i}", "name": "GPU", "scope": "device",
-                         "source": "counter", "energy_wh": energy_wh / devices, "avg_power_w": 500.0,
-                         "peak_power_w": 650.0} for i in range(devices)],
-            "phases": {"warmup": {"energy_wh": energy_wh * 0.2},
-                       "measure": {"energy_wh": throughput * measure_s / units_per_wh if units_per_wh else None}}}
-        if timeseries:
-            metrics["energy"]["timeseries"] = timeseries
+            "total_wh": energy_wh, "window": "measure", "run_wh": energy_wh * 1.3, "available": True,
+            "source": "counter", "units_per_wh": units_per_wh, "unit": f"{unit}/Wh",
+            "devices": [{"host": "node1", "uuid": f"GPU-{i}", "name": "GPU", "backend": "nvml", "scope": "device",
+                         "kind": "accelerator", "source": "counter", "in_total": True, "counted_in": None,
+                         "energy_wh": energy_wh / devices, "run_wh": energy_wh * 1.3 / devices,
+                         "avg_power_w": 500.0, "peak_power_w": 650.0} for i in range(devices)],
+            "phases": {"warmup": {"wh": energy_wh * 0.2, "duration_s": 2.0},
+                       "measure": {"wh": energy_wh, "duration_s": measure_s},
+                       "done": {"wh": energy_wh * 0.1, "duration_s": 1.0}},
+            "nodes": [{"host": "node1", "timeseries": timeseries, "interval_ms": 100.0}]}
     metrics.update(extra_metrics or {})
     return {"schema": SCHEMA_VERSION, "id": cid, "run_id": run_id(cid, started), "workload": workload,
             "status": status, "preset": None, "params": params,
@@ -62,18 +64,20 @@ def write(results: Path, rec: dict) -> Path:
     return path
 
 
-def write_power_csv(path: Path, devices=("GPU-0", "GPU-1")) -> str:
-    """A power time series shaped like the monitor's: idle-ish warm-up, busy measure, tail."""
+def write_power_csv(path: Path, devices=("GPU-6a1e-0", "GPU-93c2-1")) -> str:
+    """A power time series as the monitor writes it (caraml.power.series.COLUMNS): two GPUs of one name
+    told apart by UUID; idle-ish warm-up, busy measure, tail."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
         w = csv.writer(handle)
-        w.writerow(["time_s", "host", "device", "power_w", "phase"])
+        w.writerow(["time_s", "phase", "host", "backend", "device", "uuid", "power_w", "energy_j"])
         for i in range(60):
             t = i * 0.1
             phase = "warmup" if t < 1.5 else "measure" if t < 5.0 else "done"
-            for j, dev in enumerate(devices):
+            for j, uuid in enumerate(devices):
                 base = {"warmup": 250.0, "measure": 600.0, "done": 120.0}[phase]
-                w.writerow([f"{t:.1f}", "node1", dev, f"{base + 10 * j + (i % 5):.1f}", phase])
+                w.writerow([f"{t:.1f}", phase, "node1", "nvml", "NVIDIA H100", uuid, f"{base + 10 * j + (i % 5):.1f}",
+                            f"{base * t:.3f}"])
     return path.name
 
 

@@ -95,3 +95,22 @@ def test_a_failed_node_makes_energy_unavailable_with_its_reason():
     out = E.combine([_node("n1", ["GPU-a"]), {"available": False, "host": "n2", "reason": "monitor hung"}])
     assert out["available"] is False and out["total_wh"] is None
     assert out["reason"] == "energy unavailable: n2: monitor hung"
+
+
+def test_interrupted_multi_node_run_sets_this_nodes_energy_against_its_share_of_the_units():
+    from caraml.power.run import run_energy
+
+    metrics = {"units": 8000.0, "throughput": {"value": 1600.0, "unit": "images/s"}}
+    node = _node("n1", ["g0", "g1", "g2", "g3"])          # 4 GPUs x 100 W x 5 s measured
+    node_wh = 4 * 100 * 5 / 3600
+    # 2 nodes x 4 GPUs, stopped before gathering: only this node's energy, so only its half of the units
+    partial = run_energy([node], metrics, world_size=8, local_world_size=4, gathered=False)
+    assert partial["total_wh"] == pytest.approx(node_wh)
+    assert partial["units_per_wh"] == pytest.approx(4000.0 / node_wh)
+    assert "this node's share of the units (4/8)" in partial["partial"]
+    # finished and gathered: both nodes' energy against all units, the same per-Wh figure
+    both = run_energy([node, _node("n2", ["g0", "g1", "g2", "g3"])], metrics, 8, 4, gathered=True)
+    assert "partial" not in both and both["units_per_wh"] == pytest.approx(partial["units_per_wh"])
+    # one node holds every rank: its energy is the run's, all units count
+    single = run_energy([node], metrics, world_size=4, local_world_size=4, gathered=False)
+    assert single["units_per_wh"] == pytest.approx(8000.0 / node_wh) and "share" not in single["partial"]

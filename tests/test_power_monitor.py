@@ -62,6 +62,24 @@ def test_killed_monitor_is_reported(tmp_path):
     assert summary["reason"] == "monitor process died (killed by SIGKILL) during measure"
 
 
+def test_slurm_signals_do_not_kill_the_monitor(tmp_path):
+    # slurmstepd sends SIGUSR2 (--signal) and SIGTERM (scancel, time limit) to every process of the step
+    base = rapl_tree(tmp_path / "sys", energy_uj=0)
+    mon = Monitor("rapl", interval_ms=20, root=str(tmp_path / "sys")).start()
+    mon.mark("measure")
+    os.kill(mon.proc.pid, signal.SIGUSR2)
+    os.kill(mon.proc.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    assert mon.proc.poll() is None
+    set_energy(base, "intel-rapl:0", 3_600_000)          # read after the signals: 3.6 J = 0.001 Wh
+    time.sleep(0.2)
+    mon.mark("done")
+    energy = mon.energy()
+    assert energy["available"], energy.get("reason")
+    assert energy["phases"]["measure"]["wh"] == pytest.approx(0.001)
+    assert mon.proc.returncode == 0
+
+
 def test_hung_monitor_is_killed_after_timeout(tmp_path):
     rapl_tree(tmp_path / "sys")
     mon = Monitor("rapl", interval_ms=20, root=str(tmp_path / "sys"), stop_timeout_s=1).start()

@@ -93,21 +93,34 @@ class RunMonitor:
 
     def _finish(self, metrics: dict, dist, gather: bool) -> dict:
         node = self.node if self.sampler is not None else None
-        nodes, partial = [node] if node else [], None
-        if dist.world_size > 1:
-            if gather:
-                import torch.distributed as tdist
+        nodes = [node] if node else []
+        if dist.world_size > 1 and gather:
+            import torch.distributed as tdist
 
-                everyone: list = [None] * dist.world_size
-                tdist.all_gather_object(everyone, node)
-                nodes = [n for n in everyone if n]
-            else:
-                partial = "only this rank's node: the run did not finish on all ranks, so nothing was gathered"
-        if not nodes:
-            return {"available": False, "total_wh": None,
-                    "reason": "energy unavailable: no monitor ran on this process's node"}
-        unit = ((metrics.get("throughput") or {}).get("unit") or "").removesuffix("/s") or None
-        result = energy_mod.combine(nodes, metrics.get("units"), unit, window="measure")
-        if partial:
-            result["partial"] = partial
-        return result
+            everyone: list = [None] * dist.world_size
+            tdist.all_gather_object(everyone, node)
+            nodes = [n for n in everyone if n]
+        return run_energy(nodes, metrics, dist.world_size, dist.local_world_size, gathered=gather)
+
+
+def run_energy(nodes: list[dict], metrics: dict, world_size: int, local_world_size: int, gathered: bool) -> dict:
+    """metrics.energy from the node summaries at hand.
+
+    Not gathered (an interrupted multi-process run): only this rank's node is known, so its energy is set
+    against this node's share of the units (local_world_size / world_size of them), not all of them.
+    """
+    if not nodes:
+        return {"available": False, "total_wh": None,
+                "reason": "energy unavailable: no monitor ran on this process's node"}
+    unit = ((metrics.get("throughput") or {}).get("unit") or "").removesuffix("/s") or None
+    units, partial = metrics.get("units"), None
+    if world_size > 1 and not gathered:
+        partial = "only this rank's node: the run did not finish on all ranks, so nothing was gathered"
+        share = local_world_size / world_size
+        if share < 1:
+            partial += f"; units_per_wh counts this node's share of the units ({local_world_size}/{world_size})"
+            units = units * share if isinstance(units, (int, float)) else units
+    result = energy_mod.combine(nodes, units, unit, window="measure")
+    if partial:
+        result["partial"] = partial
+    return result

@@ -154,9 +154,12 @@ def run_monitor(config: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole group; the parent stops us
+    # Ctrl-C goes to the whole process group, and in a SLURM step slurmstepd signals every process of the
+    # step (SIGUSR2 at --signal time, SIGTERM at scancel or the time limit): the parent handles those and
+    # stops us, and we stop by ourselves when its end of our stdin closes, so none of them may kill us first.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
     return run_monitor(json.loads(argv[0]))
-
 
 
 if __name__ == "__main__":

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from caraml.errors import BadInput
-from caraml.results.energy import Energy, energy_of
+from caraml.measure.harness import HARNESS_PARAMS
+from caraml.results.energy import Energy, energy_of, is_number
 from caraml.results.record import validate
 
 # Measurement settings, not the configuration being measured: two runs differing only in these
-# measure the same thing, so comparisons match across them.
-HARNESS_KEYS = ("warmup_steps", "measure_steps", "measure_seconds", "seed", "device")
+# measure the same thing, so comparisons match across them. `device` is not one: a cpu run and a
+# cuda run are different configurations.
+HARNESS_KEYS = tuple(p.name for p in HARNESS_PARAMS if p.name != "device")
 
 
 @dataclass
@@ -68,12 +70,12 @@ class Point:
         return str(self.records[-1].get("status"))
 
     def median(self, get: Callable[[dict], Any]) -> float | None:
-        values = [v for v in map(get, self.ok) if _number(v)]
+        values = [v for v in map(get, self.ok) if is_number(v)]
         return statistics.median(values) if values else None
 
     def spread(self, get: Callable[[dict], Any]) -> float | None:
         """(max - min) / median over the successful repeats; None with fewer than two."""
-        values = [v for v in map(get, self.ok) if _number(v)]
+        values = [v for v in map(get, self.ok) if is_number(v)]
         if len(values) < 2:
             return None
         mid = statistics.median(values)
@@ -97,13 +99,9 @@ class Point:
         return {k: v for k, v in out.items() if k not in without}
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def throughput_of(record: dict) -> float | None:
     value = ((record.get("metrics") or {}).get("throughput") or {}).get("value")
-    return value if _number(value) else None
+    return value if is_number(value) else None
 
 
 def group(records: list[dict]) -> list[Point]:
@@ -149,7 +147,7 @@ def matches(actual, wanted: str) -> bool:
     """Does a stored value equal a value typed on the command line (numbers, booleans, text)?"""
     if isinstance(actual, bool):
         return wanted.lower() in (("true", "on", "yes", "1") if actual else ("false", "off", "no", "0"))
-    if _number(actual):
+    if is_number(actual):
         try:
             return float(wanted) == float(actual)
         except ValueError:

@@ -146,28 +146,28 @@ def _scaling(workload: str, points: list[Point]):
 
 
 def power_figure(record: dict):
-    """A run's power per device over time, phases shaded; None when the run has no readable time series."""
+    """A run's power per device over time, phases shaded; None when the run has no readable time series.
+
+    One line per device (host and UUID: four identical GPUs are four lines), from every node's series;
+    each node's clock starts at its own monitor's start. Phases are shaded from the first node's series.
+    """
     energy = energy_of(record)
-    if energy.timeseries is None or not energy.timeseries.is_file():
-        return None
-    rows = read_timeseries(energy.timeseries)
-    if not rows:
+    per_node = [read_timeseries(path) for path in energy.timeseries if path.is_file()]
+    per_node = [rows for rows in per_node if rows]
+    if not per_node:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     seen = set()
-    for phase, lo, hi in phase_spans(rows):
+    for phase, lo, hi in phase_spans(per_node[0]):
         if phase:
             ax.axvspan(lo, hi, color=PHASE_COLOURS.get(phase, "#e0e0e0"), alpha=0.5,
                        label=None if phase in seen else f"phase: {phase}")
             seen.add(phase)
-    devices: dict[str, list[dict]] = {}
-    for r in rows:
-        devices.setdefault(f"{r['host']} {r['device']}".strip(), []).append(r)
-    for name, series in sorted(devices.items()):
-        series.sort(key=lambda r: r["time_s"])
+    for name, series in sorted(device_lines([r for rows in per_node for r in rows]).items()):
         ax.plot([r["time_s"] for r in series], [r["power_w"] for r in series], label=name, linewidth=1.2)
-    total = f", {energy.total_wh:.3g} Wh ({energy.source})" if energy.total_wh is not None else ""
+    total = (f", {energy.total_wh:.3g} Wh in {energy.window or 'the run'} ({energy.source})"
+             if energy.total_wh is not None else "")
     ax.set(xlabel="time (s)", ylabel="power (W)",
            title=f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}: {record.get('run_id')}{total}")
     ax.title.set_fontsize(9)
@@ -175,6 +175,21 @@ def power_figure(record: dict):
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
+
+
+def device_lines(rows: list[dict]) -> dict[str, list[dict]]:
+    """Rows grouped by device (host and UUID), in time order, labelled by host, name and short UUID."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["host"], r.get("uuid") or r["device"]), []).append(r)
+    lines = {}
+    for (host, uuid), series in groups.items():
+        name = series[0]["device"]
+        label = f"{host} {name if uuid == name else f'{name} {uuid[:12]}'}".strip()
+        if label in lines:  # two UUIDs alike in their first characters
+            label = f"{host} {name} {uuid}".strip()
+        lines[label] = sorted(series, key=lambda r: r["time_s"])
+    return lines
 
 
 def phase_spans(rows: list[dict]) -> list[tuple[str, float, float]]:
@@ -203,7 +218,7 @@ def figures(kind: str, by_workload: dict[str, list[Point]], run: str | None = No
             if fig is not None:
                 out.append((f"power-{r.get('run_id')}", fig))
         if not out:
-            raise BadInput("no selected run has a power time series (metrics.energy.timeseries); "
+            raise BadInput("no selected run has a power time series (metrics.energy.nodes[].timeseries); "
                            "power is recorded only when a power monitor ran")
         return out
     make = {"throughput": lambda w, p: _vs_batch(w, p, "throughput"),
