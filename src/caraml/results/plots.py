@@ -169,7 +169,7 @@ def power_figure(record: dict):
     total = (f", {energy.total_wh:.3g} Wh in {energy.window or 'the run'} ({energy.source})"
              if energy.total_wh is not None else "")
     ax.set(xlabel="time (s)", ylabel="power (W)",
-           title=f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}: {record.get('run_id')}{total}")
+           title=f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}\n{record.get('run_id')}{total}")
     ax.title.set_fontsize(9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
