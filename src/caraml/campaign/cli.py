@@ -72,7 +72,13 @@ def sweep_command(args) -> int:
         print(f"caraml: {counts['submitted']} jobs submitted, {counts['skipped']} points skipped; "
               f"collect them with `caraml sweep --continue --results {args.results}`", file=sys.stderr)
         return 0
-    counts = sweep.run_local(plan, args.results, args.resume, args.python)
+    try:
+        counts = sweep.run_local(plan, args.results, args.resume, args.python)
+    except sweep.SweepInterrupted as stop:
+        done = ", ".join(f"{n} {k}" for k, n in sorted(stop.counts.items())) or "no points"
+        print(f"caraml: sweep interrupted: {done}; {stop.left} points not run "
+              f"(rerun with --resume to skip the ok ones)", file=sys.stderr)
+        return 130
     print("caraml: sweep done: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), file=sys.stderr)
     return 0 if set(counts) <= {"ok", "skipped"} else 1
 

@@ -71,7 +71,10 @@ def launch_command(args) -> int:
     results = str(Path(args.results).resolve())
     described = json.dumps(point.as_json() | {"shown": point.shown, "results": results}, indent=1, default=str)
     if args.point_file:
-        Path(args.point_file).write_text(described + "\n")
+        try:
+            Path(args.point_file).write_text(described + "\n")
+        except OSError as exc:
+            raise BadInput(f"--point-file {args.point_file} cannot be written: {exc.strerror or exc}") from None
     if args.show:
         print(described)
         return 0

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from caraml import systems, workloads
 from caraml.campaign import expand as expand_mod, launch, slurm, state, suite as suite_mod
 from caraml.campaign.expand import Point
 from caraml.errors import BadInput
+from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store
 
@@ -59,25 +62,72 @@ def check_runnable(p: Plan) -> None:
                        f"`caraml sweep {p.suite.name} --dry-run` but not run")
 
 
-def missing_record(point: dict, status: str, error: str, job_id: str | None = None) -> dict:
-    """A record for a point that ended without writing its own (died, killed, timed out)."""
+def missing_record(point: dict, status: str, error: str, job_id: str | None = None,
+                   started_at: str | None = None) -> dict:
+    """A record for a point that ended without writing its own (died, killed, timed out): the same layout as a
+    run's record, with the point's effective parameters and launch, so tables and --resume treat it alike."""
+    import caraml
+
     now = rec.now()
+    started = started_at or now
     profile = systems.get(point["system"])
     return {
-        "schema": rec.SCHEMA_VERSION, "id": point["id"], "run_id": rec.run_id(point["id"], now),
+        "schema": rec.SCHEMA_VERSION, "id": point["id"], "run_id": rec.run_id(point["id"], started),
         "workload": point["workload"], "status": status, "preset": point.get("preset"), "params": point["params"],
-        "system": {"tag": point["system"], "detected": False, "profile": profile},
+        "system": {"tag": profile["tag"], "detected": False, "profile": profile},
         "launch": {"world_size": point["world_size"], "nodes": point["nodes"],
                    "local_world_size": point["devices_per_node"], "backend": None,
                    "launcher": point.get("launcher", "torchrun") if point["world_size"] > 1 else "single",
-                   "device": None},
+                   "device": None, "time_limit": point.get("time_limit")},
         "metrics": {"energy": {"total_wh": None, "available": False, "reason": "the run wrote no record"}},
-        "env": {"slurm": {"SLURM_JOB_ID": job_id} if job_id else None},
-        "started_at": None, "finished_at": now, "error": error,
+        # only what the sweep itself knows: the run's own manifest died with it
+        "env": {"caraml": caraml.__version__, "executor": "slurm" if job_id else "local",
+                "slurm": {"SLURM_JOB_ID": job_id} if job_id else None},
+        "started_at": started, "finished_at": now, "error": error,
     }
 
 
+def time_limit_seconds(text: str | None) -> float | None:
+    """SLURM's time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds; None for no limit."""
+    if text is None or str(text).strip().upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    raw = str(text).strip()
+    days, _, rest = raw.rpartition("-") if "-" in raw else ("", "", raw)
+    try:
+        parts = [int(x) for x in rest.split(":")]
+        d = int(days) if days else 0
+    except ValueError:
+        parts, d = [], 0
+    if not parts or len(parts) > 3 or any(x < 0 for x in parts) or d < 0:
+        raise BadInput(f"time_limit={raw} is not a SLURM time limit; use MM, HH:MM:SS or D-HH:MM:SS, e.g. 01:00:00")
+    if days:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = (parts + [0, 0])[:3]
+    else:  # M, M:S, H:M:S
+        h, m, sec = [0, *parts] if len(parts) == 2 else ([0, parts[0], 0] if len(parts) == 1 else parts)
+    seconds = ((d * 24 + h) * 60 + m) * 60 + sec
+    if seconds == 0:
+        return None  # SLURM reads 0 as no limit
+    return float(seconds)
+
+
+def point_time_limit(point: Point) -> str:
+    """The same limit the point's SLURM job script asks for."""
+    site = systems.get(point.system).get("site", {})
+    return str(point.time_limit or site.get("time_limit") or "01:00:00")
+
+
 # local ---------------------------------------------------------------------------------------------
+STOP_GRACE_S = 60.0  # how long a stopped point may take to finish its step and save its record
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a local sweep; carries the counts of the points that ran."""
+
+    def __init__(self, counts: dict[str, int], left: int):
+        super().__init__()
+        self.counts, self.left = counts, left
+
+
 def run_local(p: Plan, results: str, resume: bool, python: str | None = None) -> dict[str, int]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -86,51 +136,123 @@ def run_local(p: Plan, results: str, resume: bool, python: str | None = None) ->
     for point in p.points:
         if point.nodes > 1:
             raise BadInput(f"point {point.id} asks for {point.nodes} nodes; run it with --executor slurm")
+        time_limit_seconds(point_time_limit(point))  # a bad limit fails before anything runs
+    ensure_writable_dir(results)
     done = ok_ids(results) if resume else set()
-    logs = Path(results) / "sweep" / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = ensure_writable_dir(Path(results) / "sweep" / "logs")
     env = dict(os.environ)
     env["PYTHONPATH"] = launch.source_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     counts: dict[str, int] = {}
     console = Console(stderr=True)
     columns = (TextColumn("sweep {task.fields[suite]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[current]}"))
-    with Progress(*columns, console=console) as bar:
-        task = bar.add_task("sweep", total=len(p.points), suite=p.suite.name, current="")
-        for point in p.points:
-            label = " ".join(f"{k}={v}" for k, v in point.shown.items() if k not in ("time_limit",))
-            if point.id in done:
-                counts["skipped"] = counts.get("skipped", 0) + 1
-                bar.console.print(f"caraml: {point.id} already ok, skipped")
+    finished = 0
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # a killed sweep stops its point like Ctrl-C
+    try:
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task("sweep", total=len(p.points), suite=p.suite.name, current="")
+            for point in p.points:
+                label = " ".join(f"{k}={v}" for k, v in point.shown.items() if k not in ("time_limit",))
+                if point.id in done:
+                    counts["skipped"] = counts.get("skipped", 0) + 1
+                    bar.console.print(f"caraml: {point.id} already ok, skipped")
+                else:
+                    bar.update(task, current=f"{point.id} {label}")
+                    status, stopped = _run_point(point, results, python, env, logs / f"{point.id}.log")
+                    counts[status] = counts.get(status, 0) + 1
+                    bar.console.print(f"caraml: {point.id} {status}: {label}")
+                    if stopped:
+                        finished += 1
+                        raise SweepInterrupted(counts, len(p.points) - finished)
+                finished += 1
                 bar.advance(task)
-                continue
-            bar.update(task, current=f"{point.id} {label}")
-            status = _run_point(point, results, python, env, logs / f"{point.id}.log")
-            counts[status] = counts.get(status, 0) + 1
-            bar.console.print(f"caraml: {point.id} {status}: {label}")
-            bar.advance(task)
+    except SweepInterrupted:
+        raise
+    except KeyboardInterrupt:  # between points
+        raise SweepInterrupted(counts, len(p.points) - finished) from None
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
     return counts
 
 
-def _run_point(point: Point, results: str, python: str | None, env: dict, log: Path) -> str:
-    """One point in a subprocess of its own, so a crash or OOM kill ends only that point."""
+def _raise_interrupt(_signum, _frame):
+    raise KeyboardInterrupt
+
+
+def _run_point(point: Point, results: str, python: str | None, env: dict, log: Path) -> tuple[str, bool]:
+    """One point in a subprocess of its own, so a crash or OOM kill ends only that point. The status, and
+    whether the user stopped the sweep during it.
+
+    The point runs in a process group of its own (torchrun and its workers too): Ctrl-C reaches only the
+    sweep, which passes exactly one SIGINT on and waits for the point to save its record; and the time
+    limit can stop the whole group."""
     cmd = launch.local_command(point, results, python)
+    limit_text = point_time_limit(point)
+    limit = time_limit_seconds(limit_text)
+    started = rec.now()
+    stopped = timed_out = False
     with open(log, "w") as err:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    record = None
-    for line in reversed(proc.stdout.strip().splitlines()):
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, process_group=0)
         try:
-            record = json.loads(line)
-            break
+            try:
+                out, _ = child.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                out = _stop(child, signal.SIGTERM)
+        except KeyboardInterrupt:
+            stopped = True
+            out = _stop(child, signal.SIGINT)
+    record = _last_json(out)
+    if isinstance(record, dict) and "status" in record:
+        if timed_out and record["status"] == "interrupted":  # stopped by us at the limit: say so
+            record["status"] = "timeout"
+            record["error"] = f"time limit {limit_text} reached; {record.get('error') or 'stopped'}"
+            Store(results).save(record)
+        return record["status"], stopped
+    if timed_out:
+        status, error = "timeout", f"time limit {limit_text} reached; the run was stopped without saving a record"
+    elif stopped:
+        status, error = "interrupted", "the sweep was interrupted; the run ended without saving a record"
+    else:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        why = tail[-1] if tail else f"exit code {child.returncode}"
+        status, error = "failed", f"the run ended (exit code {child.returncode}) without a record: {why}"
+    Store(results).save(missing_record(point.as_json(), status, error, started_at=started))
+    return status, stopped
+
+
+def _stop(child: subprocess.Popen, sig: int) -> str:
+    """Ask the point's process group to stop (it ends its step and saves its record); SIGKILL after
+    STOP_GRACE_S. Another Ctrl-C meanwhile passes the signal on again (the run then stops at once). Its stdout."""
+    out = ""
+    deadline = time.monotonic() + STOP_GRACE_S
+    _signal_group(child, sig)
+    while True:
+        try:
+            out, _ = child.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            return out or ""
+        except subprocess.TimeoutExpired:
+            _signal_group(child, signal.SIGKILL)
+            out, _ = child.communicate()
+            return out or ""
+        except KeyboardInterrupt:
+            _signal_group(child, signal.SIGINT)
+
+
+def _signal_group(child: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(child.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _last_json(out: str | None):
+    for line in reversed((out or "").strip().splitlines()):
+        try:
+            return json.loads(line)
         except json.JSONDecodeError:
             continue
-    if isinstance(record, dict) and "status" in record:
-        return record["status"]
-    tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    why = tail[-1] if tail else f"exit code {proc.returncode}"
-    Store(results).save(missing_record(point.as_json(), "failed",
-                                       f"the run ended (exit code {proc.returncode}) without a record: {why}"))
-    return "failed"
+    return None
 
 
 # SLURM ---------------------------------------------------------------------------------------------
@@ -141,6 +263,7 @@ def job_paths(results: str, point: Point) -> tuple[Path, str]:
 
 def write_scripts(p: Plan, results: str, python: str | None) -> list[tuple[Point, Path]]:
     profile = systems.get(p.system)
+    ensure_writable_dir(results)
     opts = slurm.JobOptions(results=str(Path(results).resolve()), python=python or sys.executable)
     out = []
     for point in p.points:
@@ -201,7 +324,8 @@ def collect(results: str) -> dict:
             ended = slurm.final_state(job_id)
             status = "timeout" if ended.startswith("TIMEOUT") or ended == "DEADLINE" else "failed"
             record = missing_record(entry["point"], status,
-                                    f"SLURM job {job_id} ended {ended} without writing a record", job_id)
+                                    f"SLURM job {job_id} ended {ended} without writing a record", job_id,
+                                    started_at=entry.get("submitted_at"))
             Store(results).save(record)
         entry.update(state="collected", status=record["status"])
         report["collected"][job_id] = record["status"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from caraml.errors import BadInput
+from caraml.paths import ensure_writable_dir
 
 
 def run(args) -> int:
@@ -29,13 +30,7 @@ def run(args) -> int:
     profile = systems.get(args.system).get("power_methods") if args.system else None
     resolve_methods(args.methods, profile)  # unknown names: bad input before anything starts
     out = os.path.abspath(args.out)
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".write-test")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as exc:
-        raise BadInput(f"output directory {args.out} cannot be written: {exc.strerror}") from None
+    ensure_writable_dir(out, "output directory", option="--out")
 
     monitor = Monitor(args.methods, args.interval_ms, out_dir=out, name="power", profile_methods=profile,
                       idle_baseline_s=args.idle_baseline_s, fmt=args.format, phase="run").start()

@@ -1,0 +1,141 @@
+"""A local sweep under a time limit and Ctrl-C: the point's record survives, the sweep goes on or stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, caraml, cli_env, records_in
+
+SUITE = """
+workload: image_classification
+preset: smoke
+params:
+  model: resnet18
+  image_size: 32
+  warmup_steps: 1
+  measure_steps: 100000,2   # the first point runs far past its time limit; the second is quick
+vars:
+  global_batch_size: 4
+derived:
+  batch_size: global_batch_size // devices
+  time_limit: "'{limit}' if measure_steps > 100 else '00:10:00'"  # the quick point has room on a busy machine
+"""
+
+
+def _suite(tmp_path, limit="00:00:15"):
+    path = tmp_path / "long.yaml"
+    path.write_text(SUITE.format(limit=limit))
+    return path
+
+
+def test_point_past_its_time_limit_is_stopped_and_the_sweep_goes_on(tmp_path, results):
+    start = time.monotonic()
+    proc = caraml("sweep", _suite(tmp_path), "--system", "CPU", "--results", results, timeout=120, check=1)
+    assert time.monotonic() - start < 60
+    by_steps = {r["params"]["measure_steps"]: r for r in records_in(results)}
+    assert set(by_steps) == {100000, 2}
+    long = by_steps[100000]
+    assert long["status"] == "timeout", long["error"]
+    assert "time limit 00:00:15 reached" in long["error"]
+    assert "stopped by SIGTERM" in long["error"]  # it stopped itself after a step and saved what it measured
+    assert long["metrics"]["measured_steps"] < 100000
+    assert by_steps[2]["status"] == "ok"
+    assert "1 ok" in proc.stderr and "1 timeout" in proc.stderr
+
+
+def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, results):
+    # A terminal's Ctrl-C goes to the whole foreground process group: start the sweep as such a group.
+    sweep = subprocess.Popen([sys.executable, "-m", "caraml", "sweep", str(_suite(tmp_path, "01:00:00")),
+                              "--system", "CPU", "--results", str(results)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+                             process_group=0)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("caraml: measuring" in p.read_text()
+                      for p in (results / "sweep" / "logs").glob("*.log")) if (results / "sweep").exists() else True:
+            assert time.monotonic() < deadline and sweep.poll() is None, "the first point never started measuring"
+            time.sleep(0.2)
+        time.sleep(1)  # a few measured steps
+        os.killpg(sweep.pid, signal.SIGINT)
+        out, err = sweep.communicate(timeout=90)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 130, err
+    assert "Traceback" not in err
+    assert "caraml: sweep interrupted: 1 interrupted; 1 points not run" in err
+    records = records_in(results)
+    assert len(records) == 1  # the second point did not run
+    assert records[0]["status"] == "interrupted" and records[0]["params"]["measure_steps"] == 100000
+    assert records[0]["metrics"]["measured_steps"] > 0
+
+
+def test_hung_point_is_killed_after_the_grace_period_and_recorded_as_timeout(tmp_path, results, monkeypatch):
+    """A point that ignores SIGTERM (an NCCL deadlock does) is killed; the sweep writes its record."""
+    from caraml.campaign import sweep
+    from caraml.results.record import validate
+
+    hung = tmp_path / "hung-python"
+    hung.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import signal, time; "
+                    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n")
+    hung.chmod(0o755)
+    monkeypatch.setattr(sweep, "STOP_GRACE_S", 1.0)
+    plan = sweep.plan(str(_suite(tmp_path, "00:00:02")), [], "CPU", {"measure_steps": "100000"})
+    start = time.monotonic()
+    counts = sweep.run_local(plan, str(results), resume=False, python=str(hung))
+    assert time.monotonic() - start < 20
+    assert counts == {"timeout": 1}
+    [record] = records_in(results)
+    assert record["status"] == "timeout" and "time limit 00:00:02 reached" in record["error"]
+    assert validate(record) == []
+
+
+def test_missing_record_follows_the_schema_and_carries_the_point(tmp_path):
+    from caraml.campaign import sweep
+    from caraml.results.record import validate
+
+    plan = sweep.plan("image_classification", [], "CPU", {}, preset="smoke")
+    point = plan.points[0]
+    record = sweep.missing_record(point.as_json(), "failed", "SLURM job 7 ended NODE_FAIL without writing a record",
+                                  "7", started_at="2025-01-02T03:04:05.000+00:00")
+    assert validate(record) == []
+    assert record["params"] == point.params  # every effective parameter, typed
+    assert record["system"]["tag"] == "CPU" and record["system"]["profile"]["tag"] == "CPU"
+    assert record["launch"]["world_size"] == point.world_size and record["launch"]["nodes"] == point.nodes
+    assert record["started_at"] == "2025-01-02T03:04:05.000+00:00" and record["finished_at"]
+    assert record["run_id"].startswith("20250102T030405000-")
+    assert record["env"]["slurm"] == {"SLURM_JOB_ID": "7"} and record["error"].startswith("SLURM job 7")
+    local = sweep.missing_record(point.as_json(), "timeout", "time limit reached")
+    assert validate(local) == [] and local["started_at"] and local["env"]["slurm"] is None
+
+
+@pytest.mark.parametrize("text, seconds", [("00:00:20", 20), ("01:00:00", 3600), ("20", 1200), ("5:30", 330),
+                                           ("1-00", 86400), ("1-02:03", 93780), ("2-00:00:10", 172810),
+                                           ("UNLIMITED", None), ("0", None)])
+def test_time_limit_formats(text, seconds):
+    from caraml.campaign.sweep import time_limit_seconds
+
+    assert time_limit_seconds(text) == seconds
+
+
+def test_bad_time_limit_is_one_line(tmp_path, results):
+    proc = caraml("sweep", _suite(tmp_path, "an hour"), "--system", "CPU", "--results", results, check=2)
+    assert proc.stderr.strip() == ("caraml: error: time_limit=an hour is not a SLURM time limit; "
+                                   "use MM, HH:MM:SS or D-HH:MM:SS, e.g. 01:00:00")
+    assert not (results / "runs").exists()
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local"])
+def test_unwritable_results_directory_is_one_line(tmp_path, executor):
+    proc = caraml("sweep", _suite(tmp_path), "--executor", executor, "--system", "CPU",
+                  *(["--dry-run"] if executor == "slurm" else []), "--results", "/proc/x", check=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("caraml: error: results directory /proc/x cannot be written: ")
+    assert lines[0].endswith("; pass --results DIR")
