@@ -8,6 +8,7 @@ from typing import Any
 
 from caraml import distributed, params as params_mod, systems, workloads
 from caraml.errors import BadInput
+from caraml.paths import ensure_writable_dir
 from caraml.measure.harness import HARNESS_PARAMS, Measurement, StopRequested, metrics, run_steps, say
 from caraml.results import record as rec
 from caraml.results.store import Store
@@ -62,7 +63,7 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
     profile = systems.get(tag)
     store = Store(spec.results)
     if dist.is_main:
-        _check_writable(store)
+        ensure_writable_dir(store.runs)
     distributed.init(dist, device.type)
 
     started = rec.now()
@@ -131,16 +132,6 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
 
 
 _HEADLINE = ("model", "batch_size", "precision", "compile", "compile_mode", "channels_last", "data", "image_size")
-
-
-def _check_writable(store: Store) -> None:
-    try:
-        store.runs.mkdir(parents=True, exist_ok=True)
-        probe = store.runs / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise BadInput(f"results directory {store.root} cannot be written: {exc.strerror}") from None
 
 
 def _is_oom(exc: BaseException) -> bool:
