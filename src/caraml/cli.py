@@ -269,3 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("caraml: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `caraml result | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
