@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -23,7 +24,10 @@ def rapl_tree(root: Path, energy_uj: int = 1_000_000, max_uj: int = 262_143_328_
 
 
 def set_energy(base: Path, zone: str, uj: int) -> None:
-    (base / zone / "energy_uj").write_text(f"{uj}\n")
+    """Atomically, as sysfs reads are: the sampler must never see a half-written file."""
+    tmp = base / zone / "energy_uj.tmp"
+    tmp.write_text(f"{uj}\n")
+    os.replace(tmp, base / zone / "energy_uj")
 
 
 def grace_tree(root: Path, sockets: int = 1, watts: dict | None = None) -> Path:

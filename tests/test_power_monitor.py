@@ -29,7 +29,7 @@ def test_phases_get_counter_energy_exactly(tmp_path):
     mon.mark("done")
     time.sleep(0.1)
     energy = mon.energy(units=50, unit="images")
-    assert energy["available"] and energy["source"] == "counter"
+    assert energy["available"] and energy["source"] == "counter", energy
     pkg = next(d for d in energy["devices"] if d["uuid"] == "package-0")
     assert pkg["phases"]["setup"] == pytest.approx(3 / 3600)
     assert pkg["phases"]["measure"] == pytest.approx(7.2 / 3600)
