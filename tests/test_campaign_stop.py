@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, caraml, cli_env, records_in
+from conftest import caraml, cli_env, records_in
 
 SUITE = """
 workload: image_classification

@@ -49,11 +49,10 @@ def _print_summary(record: dict) -> None:
 
 def _result(args) -> int:
     from caraml.results.select import result_tables, select
+    from caraml.results.store import Store
     from caraml.results.table import render_tables
 
     selection = select(args.results, args.workload, args.where)
-    from caraml.results.store import Store
-
     Store(args.results).sync_index()
     if args.format == "json":  # the records themselves, for other tools
         records = [{k: v for k, v in r.items() if not k.startswith("_")} for p in selection.points for r in p.records]

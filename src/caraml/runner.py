@@ -8,8 +8,8 @@ from typing import Any
 
 from caraml import distributed, params as params_mod, systems, workloads
 from caraml.errors import BadInput
-from caraml.paths import ensure_writable_dir
 from caraml.measure.harness import HARNESS_PARAMS, Measurement, StopRequested, metrics, run_steps, say
+from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store
 
@@ -53,8 +53,7 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
     from caraml.measure import env as env_mod
 
     wl, values = resolve_params(spec)
-    if not wl.built:
-        wl.build(values, None, None)  # says, as bad input, that this workload is not built yet
+    workloads.require_built(wl)
     dist = distributed.launch_env()
     device = _pick_device(values["device"], dist)
     if wl.check_device:

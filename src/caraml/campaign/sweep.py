@@ -56,10 +56,7 @@ def ok_ids(results: str) -> set[str]:
 
 
 def check_runnable(p: Plan) -> None:
-    wl = workloads.get(p.suite.workload)
-    if not wl.built:
-        raise BadInput(f"workload {wl.name} is not built yet in this version; its points can be listed with "
-                       f"`caraml sweep {p.suite.name} --dry-run` but not run")
+    workloads.require_built(workloads.get(p.suite.workload))
 
 
 def missing_record(point: dict, status: str, error: str, job_id: str | None = None,

@@ -82,7 +82,7 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
         monitor.mark("warmup")
     say(f"warm-up: {p['warmup_steps']} steps", dist)
     start = time.perf_counter()
-    for i in range(p["warmup_steps"]):
+    for _ in range(p["warmup_steps"]):
         t0 = time.perf_counter()
         bench.step()
         sync()

@@ -7,7 +7,7 @@ torch, so that listing, validation and sweep expansion stay fast.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from caraml.errors import BadInput
@@ -26,14 +26,18 @@ class Workload:
     unit: str  # what throughput counts, per second: "images", "tokens", "timesteps"
     params: list[Param]
     presets: dict[str, dict[str, Any]]
-    build: Callable[..., Any]  # (params, device, dist) -> Bench
+    build: Callable[..., Any] | None  # (params, device, dist) -> Bench; None: declared (sweeps expand), not built
     check_device: Callable[..., None] | None = None  # (params, device): BadInput if it can't run there
     description: str = ""
-    default_preset: str | None = None
-    notes: dict[str, str] = field(default_factory=dict)
-    built: bool = True  # False: parameters are declared (sweeps expand) but `build` refuses to run
     # (params, devices) -> error message or None: launch-shape checks such as tp*pp dividing devices
     check_launch: Callable[[dict[str, Any], int], str | None] | None = None
+
+
+def require_built(wl: Workload) -> None:
+    """Refuse, as bad input, to run a workload whose parameters are declared but which is not built yet."""
+    if wl.build is None:
+        raise BadInput(f"workload {wl.name} is not built yet in this version; its sweeps can be expanded "
+                       f"(caraml sweep {wl.name} --dry-run) but not run")
 
 
 def names() -> list[str]:

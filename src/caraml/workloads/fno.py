@@ -4,7 +4,6 @@ benchmark): parameters declared, not built yet. Sweeps expand; running a point s
 
 from __future__ import annotations
 
-from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Workload
 
@@ -28,11 +27,5 @@ PARAMS = [
 ]
 
 
-def build(params, device, dist):
-    raise BadInput("workload fno is not built yet in this version; its sweeps can be expanded "
-                   "(caraml sweep fno --dry-run) but not run")
-
-
-WORKLOAD = Workload(name="fno", unit="samples", params=PARAMS, presets={}, build=build,
-                    description="Fourier Neural Operator training and inference (PIC, RBC) - not built yet",
-                    built=False)
+WORKLOAD = Workload(name="fno", unit="timesteps", params=PARAMS, presets={}, build=None,
+                    description="Fourier Neural Operator training and inference (PIC, RBC) - not built yet")

@@ -131,25 +131,6 @@ def _logits(out):
     return out
 
 
-def synthetic_images(batch_size: int, image_size: int, num_classes: int, seed: int):
-    """A dataset of infinite batches of random uint8 images and labels made on the host (like FakeData)."""
-    from torch.utils.data import IterableDataset
-
-    class SyntheticImages(IterableDataset):
-        def __iter__(self):
-            import torch
-            from torch.utils.data import get_worker_info
-
-            info = get_worker_info()
-            gen = torch.Generator().manual_seed(seed * 1000 + (info.id if info else 0))
-            shape = (batch_size, 3, image_size, image_size)
-            while True:
-                yield (torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
-                       torch.randint(0, num_classes, (batch_size,), generator=gen))
-
-    return SyntheticImages()
-
-
 class Bench:
     """One configured training setup; `step()` trains on one batch."""
 
@@ -228,7 +209,9 @@ class Bench:
             return None
         from torch.utils.data import DataLoader
 
-        source = synthetic_images(p["batch_size"], p["image_size"], p["num_classes"], p["seed"] + self.dist.rank)
+        from caraml.workloads.synthetic import SyntheticImages
+
+        source = SyntheticImages(p["batch_size"], p["image_size"], p["num_classes"], p["seed"] + self.dist.rank)
         loader = DataLoader(source, batch_size=None, num_workers=p["workers"],
                             pin_memory=self.device.type == "cuda",
                             persistent_workers=p["workers"] > 0,
@@ -236,8 +219,6 @@ class Bench:
         return iter(loader)
 
     def _next_batch(self):
-        import torch
-
         x8, y = next(self._data)
         x = x8.to(self.device, non_blocking=True).float().div_(127.5).sub_(1.0)  # normalise on the device
         return x.contiguous(memory_format=self.memory_format), y.to(self.device, non_blocking=True)
@@ -283,5 +264,4 @@ WORKLOAD = Workload(
     build=build,
     check_device=lambda p, device: check_precision(p["precision"], device),
     description="Image-classification training (torchvision models, ResNet50 by default), synthetic data",
-    default_preset=None,
 )

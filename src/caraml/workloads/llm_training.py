@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Workload
 
@@ -56,11 +55,6 @@ def check_launch(p: dict[str, Any], devices: int) -> str | None:
     return None
 
 
-def build(params, device, dist):
-    raise BadInput("workload llm_training is not built yet in this version; its sweeps can be expanded "
-                   "(caraml sweep llm_training --dry-run) but not run")
-
-
-WORKLOAD = Workload(name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build,
+WORKLOAD = Workload(name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=None,
                     description="GPT pre-training, Megatron style (tensor/pipeline parallel) - not built yet",
-                    built=False, check_launch=check_launch)
+                    check_launch=check_launch)
