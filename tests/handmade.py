@@ -8,7 +8,7 @@ import csv
 import json
 from pathlib import Path
 
-from caraml.results.record import SCHEMA_VERSION, config_id, run_id
+from caraml.results.record import RunRecord
 
 UNITS = {"image_classification": "images", "llm_training": "tokens", "fno": "timesteps"}
 
@@ -21,7 +21,6 @@ def record(workload: str, system: str, params: dict, throughput: float | None, *
     unit = UNITS.get(workload, "units")
     params = {**params, "warmup_steps": 2, "measure_steps": 20, "measure_seconds": 0.0, "seed": 0,
               "device": "auto"}
-    cid = config_id(workload, params, system, devices, nodes)
     metrics = {"throughput": {"value": throughput, "unit": f"{unit}/s"},
                "units": throughput * measure_s if throughput else None, "measured_time_s": measure_s,
                "step_time_s": {"n": 20, "median": step_median, "p10": step_median * (1 - spread / 2),
@@ -43,16 +42,15 @@ def record(workload: str, system: str, params: dict, throughput: float | None, *
                        "done": {"wh": energy_wh * 0.1, "duration_s": 1.0}},
             "nodes": [{"host": "node1", "timeseries": timeseries, "interval_ms": 100.0}]}
     metrics.update(extra_metrics or {})
-    return {"schema": SCHEMA_VERSION, "id": cid, "run_id": run_id(cid, started), "workload": workload,
-            "status": status, "preset": None, "params": params,
-            "system": {"tag": system, "detected": False, "profile": {"tag": system}},
-            "launch": {"world_size": devices, "nodes": nodes, "local_world_size": devices // nodes,
-                       "backend": "nccl" if devices > 1 else None, "launcher": "torchrun" if devices > 1 else "single",
-                       "device": "cuda:0"},
-            "metrics": metrics,
-            "env": {"caraml": "0.1.0", "hostname": f"{system.lower()}-node1", "torch": "2.11.0",
-                    "devices": [{"name": f"{system} GPU"}]},
-            "started_at": started, "finished_at": started, "error": None if status == "ok" else "CUDA out of memory"}
+    return RunRecord.for_config(
+        workload, params, {"tag": system, "detected": False, "profile": {"tag": system}},
+        {"world_size": devices, "nodes": nodes, "local_world_size": devices // nodes,
+         "backend": "nccl" if devices > 1 else None, "launcher": "torchrun" if devices > 1 else "single",
+         "device": "cuda:0"},
+        status=status, started_at=started, finished_at=started, metrics=metrics,
+        env={"caraml": "0.1.0", "hostname": f"{system.lower()}-node1", "torch": "2.11.0",
+             "devices": [{"name": f"{system} GPU"}]},
+        error=None if status == "ok" else "CUDA out of memory").to_dict()
 
 
 def write(results: Path, rec: dict) -> Path:

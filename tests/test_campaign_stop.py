@@ -17,13 +17,13 @@ workload: image_classification
 preset: smoke
 params:
   model: resnet18
-  image_size: 32
+  image_size: 32,40
   warmup_steps: 1
-  measure_steps: 100000,2   # the first point runs far past its time limit; the second is quick
 vars:
   global_batch_size: 4
 derived:
   batch_size: global_batch_size // devices
+  measure_steps: "100000 if image_size == 32 else 2"  # the first point runs far past its time limit; the second is quick
   time_limit: "'{limit}' if measure_steps > 100 else '00:10:00'"  # the quick point has room on a busy machine
 """
 
@@ -86,7 +86,7 @@ def test_hung_point_is_killed_after_the_grace_period_and_recorded_as_timeout(tmp
                     "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n")
     hung.chmod(0o755)
     monkeypatch.setattr(sweep, "STOP_GRACE_S", 1.0)
-    plan = sweep.plan(str(_suite(tmp_path, "00:00:02")), [], "CPU", {"measure_steps": "100000"})
+    plan = sweep.plan(str(_suite(tmp_path, "00:00:02")), [], "CPU", {"measure_steps": "100000", "image_size": "32"})
     start = time.monotonic()
     counts = sweep.run_local(plan, str(results), resume=False, python=str(hung))
     assert time.monotonic() - start < 20

@@ -53,8 +53,9 @@ def test_smoke_run_produces_complete_record(results):
 def test_same_configuration_same_id_different_run_id(results):
     a, _ = run_json(results, "measure_steps=2")
     b, _ = run_json(results, "measure_steps=2")
-    c, _ = run_json(results, "measure_steps=3")
-    assert a["id"] == b["id"] != c["id"]
+    c, _ = run_json(results, "measure_steps=3")  # a measurement setting: the same configuration
+    d, _ = run_json(results, "measure_steps=2", "image_size=40")
+    assert a["id"] == b["id"] == c["id"] != d["id"]
     assert a["run_id"] != b["run_id"]
 
 

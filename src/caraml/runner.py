@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from caraml import distributed, params as params_mod, systems, workloads
+from caraml.bench import RunContext
 from caraml.errors import BadInput
-from caraml.measure.harness import HARNESS_PARAMS, Measurement, StopRequested, metrics, run_steps, say
+from caraml.measure.harness import HARNESS_PARAMS, Measurement, StopRequested, memory, metrics, run_steps, say
 from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store
@@ -50,11 +52,17 @@ def _pick_device(choice: str, dist):
 
 def execute(spec: RunSpec, monitor_factory=None) -> dict:
     """Run one benchmark point; returns its record (saved by rank 0). BadInput propagates."""
+    with StopRequested() as stop:  # from the very start: a stop during start-up still leaves a record
+        return _execute(spec, stop, monitor_factory)
+
+
+def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     from caraml.measure import env as env_mod
 
     wl, values = resolve_params(spec)
     workloads.require_built(wl)
     dist = distributed.launch_env()
+    dims = wl.parallel_dims(values, dist.world_size)
     device = _pick_device(values["device"], dist)
     if wl.check_device:
         wl.check_device(values, device)
@@ -65,18 +73,14 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
         ensure_writable_dir(store.runs)
     distributed.init(dist, device.type)
 
-    started = rec.now()
-    cid = rec.config_id(wl.name, values, tag, dist.world_size, dist.nodes)
-    record: dict[str, Any] = {
-        "schema": rec.SCHEMA_VERSION, "id": cid, "workload": wl.name,
-        "run_id": rec.run_id(cid, started) + ("" if dist.is_main else f"-rank{dist.rank}"),
-        "status": "failed", "preset": spec.preset, "params": values,
-        "system": {"tag": tag, "detected": spec.system is None, "profile": profile},
-        "launch": {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
-                   "rank": dist.rank, "backend": dist.backend, "launcher": distributed.launcher(),
-                   "device": str(device)},
-        "metrics": {}, "env": env_mod.collect(), "started_at": started, "finished_at": None, "error": None,
-    }
+    record = rec.RunRecord.for_config(
+        wl.name, values, {"tag": tag, "detected": spec.system is None, "profile": profile},
+        {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
+         "rank": dist.rank, "backend": dist.backend, "launcher": distributed.launcher(), "device": str(device),
+         "parallel": dims.as_dict()},
+        preset=spec.preset, env=env_mod.collect())
+    if not dist.is_main:
+        record.run_id += f"-rank{dist.rank}"
     say(f"{wl.name} on {tag} ({device}, {dist.world_size} process{'es' if dist.world_size > 1 else ''}): "
         + ", ".join(f"{k}={v}" for k, v in values.items() if k in _HEADLINE), dist)
 
@@ -84,50 +88,64 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
     bench = None
     if monitor_factory is None:
         from caraml.power.run import monitor_factory  # the default: power=auto|off|methods decides
-    monitor = monitor_factory(record, store.runs)
-    with StopRequested() as stop:
-        try:
-            if monitor:
-                monitor.start()
-            bench = wl.build(values, device, dist)
+    monitor = monitor_factory(record.to_dict(), store.runs)
+    ctx = RunContext(device=device, seed=values["seed"], dist=dist, dims=dims, data_root=os.environ.get("CARAML_DATA"))
+    try:
+        if monitor:
+            monitor.start()
+        if stop.signal is None:
+            bench = wl.build(values, ctx)
             run_steps(bench, values, device, dist, m, stop, monitor)
-            record["status"] = "interrupted" if m.stop_signal else "ok"
-            if m.stop_signal:
-                record["error"] = f"stopped by {m.stop_signal} during {m.phase}"
-        except BadInput:
-            raise
-        except KeyboardInterrupt:
-            record["status"] = "interrupted"
-            record["error"] = f"interrupted during {m.phase}"
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a record
-            oom = _is_oom(exc)
-            record["status"] = "oom" if oom else "failed"
-            record["error"] = f"{type(exc).__name__}: {exc}".strip()[:4000]
-            record["traceback"] = traceback.format_exc()[-8000:]
-        finally:
-            if monitor:
-                monitor.stop()  # at once: sampling ends with the run
+        _stopped(record, m, stop)
+    except BadInput:
+        raise
+    except KeyboardInterrupt:
+        record.status, record.error = "interrupted", f"interrupted during {m.phase}"
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a record
+        if stop.signal:  # e.g. DataLoader workers killed by the same SIGTERM: the run was stopped, not broken
+            m.stop_signal = m.stop_signal or stop.signal
+            _stopped(record, m, stop)
+            record.error += f" ({type(exc).__name__}: {str(exc)[:300]})"
+        else:
+            record.status = "oom" if _is_oom(exc) else "failed"
+            record.error = f"{type(exc).__name__}: {exc}".strip()[:4000]
+            record.traceback = traceback.format_exc()[-8000:]
+    finally:
+        if monitor:
+            monitor.stop()  # at once: sampling ends with the run
 
     # After a stop all ranks agreed on, collectives are still safe; after a failure they are not.
-    collective = record["status"] == "ok" or (record["status"] == "interrupted" and m.stop_signal is not None)
+    collective = record.status == "ok" or (record.status == "interrupted" and m.agreed)
     if bench is not None:
-        peak = systems.peak_tflops(profile, values.get("precision", "fp32"))
+        info = bench.info
+        peak = systems.peak_tflops(profile, info.precision)
         if m.steps or m.warmup_times:
-            record["metrics"].update(metrics(bench, values, device, dist, m, peak, wl.unit, not collective))
-        record["metrics"].update(bench.details())
+            record.metrics.update(metrics(info, dims, dist, m, peak, interrupted=not collective))
+        record.metrics.update(memory(device))
+        record.metrics.update(bench.details())
         bench.close()
     if monitor:  # energy needs the units of the measured window
-        record["metrics"]["energy"] = monitor.finish(record["metrics"], dist, gather=collective)
-    record["metrics"].setdefault("energy", {"total_wh": None, "available": False,
-                                            "reason": "no power monitor was attached to this run (power=off)"})
-    record["finished_at"] = rec.now()
+        record.metrics["energy"] = monitor.finish(record.metrics, dist, gather=collective)
+    record.metrics.setdefault("energy", {"total_wh": None, "available": False,
+                                         "reason": "no power monitor was attached to this run (power=off)"})
+    record.finished_at = rec.now()
+    out = record.to_dict()
     # Rank 0 writes the run's record; another rank writes one only when it failed on its own (rank 0
     # may then be stuck in a collective and be killed by torchrun before it can).
-    if dist.is_main or record["status"] in ("oom", "failed"):
-        record["path"] = str(store.save(record))
+    if dist.is_main or record.status in ("oom", "failed"):
+        out["path"] = str(store.save(out))
     if collective:
         distributed.shutdown(dist)
-    return record
+    return out
+
+
+def _stopped(record, m: Measurement, stop: StopRequested) -> None:
+    """ok, or interrupted with the signal and the phase it came in."""
+    signal_name = m.stop_signal or stop.signal
+    if signal_name:
+        record.status, record.error = "interrupted", f"stopped by {signal_name} during {m.phase}"
+    else:
+        record.status = "ok"
 
 
 _HEADLINE = ("model", "batch_size", "precision", "compile", "compile_mode", "channels_last", "data", "image_size")

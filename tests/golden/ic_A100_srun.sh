@@ -1,6 +1,6 @@
 #!/bin/bash
-# caraml sweep point 898bb9c039510d38 on A100: global_batch_size=128, model=resnet50, precision=bf16, compile=none, compile_mode=default, channels_last=False, batch_size=32, nodes=1, time_limit=01:00:00, devices_per_node=4
-#SBATCH --job-name=caraml-image_classification-898bb9c039510d38
+# caraml sweep point 44e7d4b1618027ed on A100: global_batch_size=128, model=resnet50, precision=bf16, compile=none, compile_mode=default, channels_last=False, batch_size=32, nodes=1, time_limit=01:00:00, devices_per_node=4
+#SBATCH --job-name=caraml-image_classification-44e7d4b1618027ed
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=8
@@ -11,7 +11,7 @@
 #SBATCH --output=/scratch/logs/%j.out
 
 set -u
-export CARAML_SWEEP_POINT=898bb9c039510d38
+export CARAML_SWEEP_POINT=44e7d4b1618027ed
 export PYTHONPATH=/opt/caraml/src"${PYTHONPATH:+:$PYTHONPATH}"
 # rendezvous at the first host of the allocation (plus the site's interconnect suffix)
 caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"i

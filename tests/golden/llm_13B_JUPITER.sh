@@ -1,6 +1,6 @@
 #!/bin/bash
-# caraml sweep point d293286c1107958b on JUPITER: samples_per_device=64, model_size=13B, num_layers=40, hidden_size=5120, num_attention_heads=40, seq_length=2048, max_position_embeddings=2048, micro_batch_size=1, tp=2, pp=4, sequence_parallel=True, recompute=none, precision=bf16, data=synthetic, global_batch_size=128, nodes=4, time_limit=02:00:00, devices_per_node=4
-#SBATCH --job-name=caraml-llm_training-d293286c1107958b
+# caraml sweep point 8ebf6ebb96001dd9 on JUPITER: samples_per_device=64, model_size=13B, num_layers=40, hidden_size=5120, num_attention_heads=40, seq_length=2048, max_position_embeddings=2048, micro_batch_size=1, tp=2, pp=4, sequence_parallel=True, recompute=none, precision=bf16, data=synthetic, global_batch_size=128, nodes=4, time_limit=02:00:00, devices_per_node=4
+#SBATCH --job-name=caraml-llm_training-8ebf6ebb96001dd9
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=72
@@ -15,7 +15,7 @@
 #SBATCH --exclusive
 
 set -u
-export CARAML_SWEEP_POINT=d293286c1107958b
+export CARAML_SWEEP_POINT=8ebf6ebb96001dd9
 export PYTHONPATH=/opt/caraml/src"${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_DEBUG=WARN
 # rendezvous at the first host of the allocation (plus the site's interconnect suffix)

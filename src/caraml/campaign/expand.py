@@ -94,7 +94,12 @@ def expand(suite: Suite, active: set[str], system: str) -> list[Point]:
         for (section, name, _), value in zip(axes, combo):
             chosen[section][name] = value
         point = _point(suite, wl, declared, profile, system, preset, defaults, chosen, active)
-        points.setdefault(point.id, point)
+        same = points.setdefault(point.id, point)
+        if same.params != point.params:  # differ only in how they are measured: one configuration, not two points
+            diff = ", ".join(f"{k}={same.params[k]} vs {point.params[k]}" for k in same.params
+                             if same.params[k] != point.params.get(k))
+            raise BadInput(f"suite {suite.name}: two points differ only in measurement settings ({diff[:200]}); "
+                           "they measure one configuration: give those settings one value")
     if not points:
         raise BadInput(f"suite {suite.name} expands to zero points with tags {', '.join(sorted(active))}")
     return list(points.values())

@@ -66,22 +66,20 @@ def missing_record(point: dict, status: str, error: str, job_id: str | None = No
     import caraml
 
     now = rec.now()
-    started = started_at or now
     profile = systems.get(point["system"])
-    return {
-        "schema": rec.SCHEMA_VERSION, "id": point["id"], "run_id": rec.run_id(point["id"], started),
-        "workload": point["workload"], "status": status, "preset": point.get("preset"), "params": point["params"],
-        "system": {"tag": profile["tag"], "detected": False, "profile": profile},
-        "launch": {"world_size": point["world_size"], "nodes": point["nodes"],
-                   "local_world_size": point["devices_per_node"], "backend": None,
-                   "launcher": point.get("launcher", "torchrun") if point["world_size"] > 1 else "single",
-                   "device": None, "time_limit": point.get("time_limit")},
-        "metrics": {"energy": {"total_wh": None, "available": False, "reason": "the run wrote no record"}},
+    return rec.RunRecord(
+        id=point["id"], workload=point["workload"], status=status, preset=point.get("preset"),
+        params=point["params"], system={"tag": profile["tag"], "detected": False, "profile": profile},
+        launch={"world_size": point["world_size"], "nodes": point["nodes"],
+                "local_world_size": point["devices_per_node"], "backend": None,
+                "launcher": point.get("launcher", "torchrun") if point["world_size"] > 1 else "single",
+                "device": None, "time_limit": point.get("time_limit")},
+        metrics={"energy": {"total_wh": None, "available": False, "reason": "the run wrote no record"}},
         # only what the sweep itself knows: the run's own manifest died with it
-        "env": {"caraml": caraml.__version__, "executor": "slurm" if job_id else "local",
-                "slurm": {"SLURM_JOB_ID": job_id} if job_id else None},
-        "started_at": started, "finished_at": now, "error": error,
-    }
+        env={"caraml": caraml.__version__, "executor": "slurm" if job_id else "local",
+             "slurm": {"SLURM_JOB_ID": job_id} if job_id else None},
+        started_at=started_at or now, finished_at=now, error=error,
+    ).to_dict()
 
 
 def time_limit_seconds(text: str | None) -> float | None:

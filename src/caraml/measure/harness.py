@@ -29,7 +29,9 @@ HARNESS_PARAMS = [
 
 # Ranks agree on stopping every this many measured steps: one small all-reduce, not one per step.
 STOP_CHECK_EVERY = 10
-STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)) if s)
+# SIGHUP too: a closed terminal or an ssh session that drops must still leave a record.
+STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None),
+                                 getattr(signal, "SIGHUP", None)) if s)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Measurement:
     wall_s: float = 0.0
     steps: int = 0
     stop_signal: str | None = None
+    agreed: bool = False  # all ranks stopped at the same step, so collectives are still safe
 
 
 class StopRequested:
@@ -81,6 +84,8 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
     if monitor:
         monitor.mark("warmup")
     say(f"warm-up: {p['warmup_steps']} steps", dist)
+    if _stop_agreed(stop, dist, m, every=1):  # a stop that came while the benchmark was being built
+        return
     start = time.perf_counter()
     for _ in range(p["warmup_steps"]):
         t0 = time.perf_counter()
@@ -127,47 +132,49 @@ def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int) -> bool:
         stopped = dist.all_reduce(1.0 if stop.signal else 0.0, "max") > 0
     if stopped:
         m.stop_signal = stop.signal or "a stop signal on another rank"
+        m.agreed = True
     return stopped
 
 
-def metrics(bench, p: dict, device, dist, m: Measurement, peak_tflops: float | None, unit: str,
-            interrupted: bool) -> dict:
-    """Throughput, step times, FLOP rates and memory from one measurement. `interrupted`: the ranks did
-    not stop together, so no collectives (other ranks may be gone)."""
+def metrics(info, dims, dist, m: Measurement, peak_tflops: float | None, interrupted: bool) -> dict:
+    """Throughput, step times and FLOP rates of one measurement, from the Bench's `info` (caraml.bench.BenchInfo)
+    and the run's parallel layout. Units count once per data-parallel replica; the window is the slowest rank's.
+    `interrupted`: the ranks did not stop together, so no collectives (other ranks may be gone)."""
     if interrupted:
-        # Other ranks may be gone: no collectives. Rank 0's window stands for all, said so in the record.
-        wall, units = m.wall_s, bench.units_per_step * m.steps * dist.world_size
+        # Other ranks may be gone: no collectives. This rank's window stands for all, said so in the record.
+        wall, units = m.wall_s, info.units_per_step * m.steps * dims.dp
     else:
         wall = dist.all_reduce(m.wall_s, "max")
-        units = dist.all_reduce(float(bench.units_per_step * m.steps), "sum")
+        mine = info.units_per_step * m.steps if dims.counts_units(dist.rank) else 0.0
+        units = dist.all_reduce(float(mine), "sum")
     value = units / wall if wall > 0 and m.steps else None
     steady = summarize(m.step_times)
     first = m.warmup_times[0] if m.warmup_times else None
     compile_s = None
-    if first is not None and steady and p.get("compile", "none") != "none":
-        compile_s = max(0.0, first - steady["median"]) + getattr(bench, "compile_setup_s", 0.0)
+    if first is not None and steady and info.compiled:
+        compile_s = max(0.0, first - steady["median"]) + info.compile_setup_s
     tflops = mfu = None
-    if value and bench.flops_per_unit:
-        tflops = bench.flops_per_unit * value / dist.world_size / 1e12
+    if value and info.flops_per_unit:
+        tflops = info.flops_per_unit * value / dist.world_size / 1e12
         mfu = tflops / peak_tflops if peak_tflops else None
-    out = {
-        "throughput": {"value": value, "unit": f"{unit}/s"},
+    return {
+        "throughput": {"value": value, "unit": f"{info.unit}/s"},
         "units": units,
         "measured_steps": m.steps,
         "measured_time_s": wall,
         "step_time_s": steady,
         "warmup": {"steps": len(m.warmup_times), "time_s": m.warmup_s or sum(m.warmup_times),
                    "first_step_s": first, "compile_s": compile_s, "step_times_s": m.warmup_times},
-        "flops_per_unit": bench.flops_per_unit,
-        "flops_convention": bench.flops_convention,
+        "flops_per_unit": info.flops_per_unit,
+        "flops_convention": info.flops_convention,
+        "precision_in_use": info.precision,
         "tflops_per_device": tflops,
         "peak_tflops": peak_tflops,
         "mfu": mfu,
-        "throughput_source": "rank 0 window x world size (interrupted)" if interrupted and dist.world_size > 1
+        "parallel": dims.as_dict(),
+        "throughput_source": "this rank's window x data-parallel size (interrupted)" if interrupted and dist.world_size > 1
         else "all ranks",
     }
-    out.update(memory(device))
-    return out
 
 
 def memory(device) -> dict:

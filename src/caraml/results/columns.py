@@ -77,9 +77,13 @@ def _value(x):
 
 
 def _dp(r):
-    p = r.get("params") or {}
-    devices, tp, pp = _devices(r), _num(p.get("tp")) or 1, _num(p.get("pp")) or 1
-    return devices // (tp * pp) if devices else None
+    """Data-parallel replicas: the record's own figure, else devices / (tp x pp)."""
+    dp = _num(_m(r).get("dp"))
+    if dp is None:
+        p = r.get("params") or {}
+        devices, tp, pp = _devices(r), _num(p.get("tp")) or 1, _num(p.get("pp")) or 1
+        dp = devices // (tp * pp) if devices else None
+    return dp
 
 
 def _time_per_iteration(r):
@@ -120,50 +124,64 @@ def ours(unit: str) -> list[Column]:
 
 ENERGY_WH = metric("energy_wh", "Energy Wh", lambda r: energy_of(r).total_wh)
 
-IMAGE_CLASSIFICATION = [
-    SYSTEM, param("model", "Model"), NODES, DEVICES, GLOBAL_BATCH,
-    param("batch_size", "BatchSize/Device", style="int"), param("precision", "Precision"),
-    param("compile", "Compiler"), param("compile_mode", "CompileMode"),
-    param("channels_last", "ChannelsLast", style="bool"),
-    throughput("Images/s"), ENERGY_WH, *ours("Images"),
-    param("image_size", "ImageSize", style="int", default=False), param("data", "Data", default=False),
-]
+# Columns every workload may name in its declaration (Workload.columns), besides its own Cols.
+SHARED = {
+    "system": SYSTEM, "nodes": NODES, "devices": DEVICES, "global_batch_size": GLOBAL_BATCH,
+    "energy_wh": ENERGY_WH, "dp": config("dp", "DP", _dp, "int"),
+    "time_per_iteration_s": metric("time_per_iteration_s", "Time/iteration s", _time_per_iteration),
+    "tflops_per_device": metric("tflops_per_device", "TFLOP/s/device", lambda r: _num(_m(r).get("tflops_per_device"))),
+    "peak_memory_gib": metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib"),
+    "energy_per_device_wh": metric("energy_per_device_wh", "Energy/device Wh",
+                                   lambda r: energy_of(r).per_device_wh(_devices(r))),
+}
 
-LLM_TRAINING = [
-    SYSTEM, param("model_size", "ModelSize"), NODES, DEVICES,
-    config("global_batch_size", "GlobalBatchSize", _global_batch, "int"),
-    param("tp", "TP", style="int"), param("pp", "PP", style="int"), config("dp", "DP", _dp, "int"),
-    metric("time_per_iteration_s", "Time/iteration s", _time_per_iteration),
-    throughput("Tokens/s"),
-    metric("tflops_per_device", "TFLOP/s/device", lambda r: _num(_m(r).get("tflops_per_device"))),
-    ENERGY_WH, *[c for c in ours("Tokens") if c.key != "tflops_per_device"],
-    param("micro_batch_size", "MicroBatchSize", style="int", default=False),
-    param("seq_length", "SeqLength", style="int", default=False),
-    param("precision", "Precision", default=False),
-]
 
-FNO = [
-    SYSTEM, param("problem", "Problem"), DEVICES, GLOBAL_BATCH,
-    param("mixed_precision", "MixedPrecision", name="amp", style="bool"),
-    param("compile_mode", "CompileMode"), param("mode", "Mode"),
-    throughput("Timesteps/s"),
-    metric("train_throughput", "TrainTimesteps/s", lambda r: _value(_m(r).get("train_throughput"))),
-    metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib"),
-    metric("energy_per_device_wh", "Energy/device Wh",
-           lambda r: energy_of(r).per_device_wh(_devices(r))),
-    *[c for c in ours("Timesteps") if c.key != "peak_memory_gib"],
-    replace(NODES, default=False), replace(ENERGY_WH, default=False),
-]
+def _declared(col) -> Column:
+    """A workload's own column (caraml.workloads.Col) as a table column."""
+    kind, _, name = col.source.partition(":")
+    if kind == "shared":  # a shared column under the workload's own visibility
+        return replace(SHARED[name], default=col.default)
+    if kind == "param":
+        return param(col.key, col.header, name, col.style, col.default)
+    key, _, sub = name.partition(".")
 
-BY_WORKLOAD = {"image_classification": IMAGE_CLASSIFICATION, "llm_training": LLM_TRAINING, "fno": FNO}
+    def get(r, key=key, sub=sub):
+        value = _m(r).get(key)
+        return _value(value) if sub == "value" else _num(value) if col.style != "text" else value
+
+    if kind == "metric":
+        return metric(col.key, col.header, get, col.style if col.style != "text" else "num", col.default)
+    raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME nor metric:KEY")
 
 
 def columns_for(workload: str, unit: str | None = None) -> list[Column]:
-    """Every column of a workload's table; a workload without its own set gets the generic one."""
-    if workload in BY_WORKLOAD:
-        return BY_WORKLOAD[workload]
+    """Every column of a workload's table, as the workload declares it: shared columns by name, its own
+    columns, `throughput`, and `ours` (our additions not already named). Unknown workloads get a generic set."""
+    from caraml import workloads
+
+    try:
+        wl = workloads.get(workload)
+        declared, unit = wl.columns, wl.unit
+    except BadInput:
+        declared = ()
     name = (unit or "units").capitalize()
-    return [SYSTEM, NODES, DEVICES, GLOBAL_BATCH, throughput(f"{name}/s"), ENERGY_WH, *ours(name)]
+    if not declared:
+        declared = ("system", "nodes", "devices", "global_batch_size", "throughput", "energy_wh", "ours")
+    out: list[Column] = []
+    for item in declared:
+        if item == "throughput":
+            out.append(throughput(f"{name}/s"))
+        elif item == "ours":
+            out.extend(c for c in ours(name) if c.key not in {x.key for x in out} | _keys_named(declared))
+        elif isinstance(item, str):
+            out.append(SHARED[item])
+        else:
+            out.append(_declared(item))
+    return out
+
+
+def _keys_named(declared) -> set[str]:
+    return {item if isinstance(item, str) else item.key for item in declared}
 
 
 def _norm(name: str) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "failed", "interrupted", "timeout")
@@ -12,8 +14,19 @@ REQUIRED = ("schema", "id", "run_id", "workload", "status", "params", "system", 
             "env", "started_at", "finished_at", "error")
 
 
+def measurement_keys() -> frozenset[str]:
+    """Parameters that say how a point is measured (steps, seed, power sampling), not what is measured.
+    `device` is not one: a cpu run and a cuda run are different configurations."""
+    from caraml.measure.harness import HARNESS_PARAMS
+
+    return frozenset(p.name for p in HARNESS_PARAMS if p.name != "device")
+
+
 def config_id(workload: str, params: dict, system_tag: str, world_size: int, nodes: int) -> str:
-    """Stable hash of the full configuration: the same point always gets the same id."""
+    """Stable hash of the configuration alone: the same point gets the same id however it is measured, so
+    `result`, `compare` and `--resume` agree on what "the same point" is."""
+    skip = measurement_keys()
+    params = {k: v for k, v in params.items() if k not in skip}
     canonical = json.dumps({"workload": workload, "params": params, "system": system_tag,
                             "world_size": world_size, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -39,3 +52,43 @@ def validate(record: dict) -> list[str]:
         if not isinstance(tp.get("value"), (int, float)) or not tp.get("unit"):
             problems.append("ok record without throughput value and unit")
     return problems
+
+
+@dataclass
+class RunRecord:
+    """The one way records are made (by runs, by sweeps for points that left none, by tests)."""
+
+    id: str
+    workload: str
+    status: str
+    params: dict[str, Any]
+    system: dict[str, Any]
+    launch: dict[str, Any]
+    started_at: str
+    run_id: str = ""
+    preset: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    finished_at: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {', '.join(STATUSES)}")
+        self.run_id = self.run_id or run_id(self.id, self.started_at)
+
+    @classmethod
+    def for_config(cls, workload: str, params: dict, system: dict, launch: dict, status: str = "failed",
+                   started_at: str | None = None, **rest) -> "RunRecord":
+        """A record whose id is the configuration's hash (workload, params, system tag, devices, nodes)."""
+        cid = config_id(workload, params, system["tag"], launch["world_size"], launch["nodes"])
+        return cls(id=cid, workload=workload, status=status, params=params, system=system, launch=launch,
+                   started_at=started_at or now(), **rest)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if out["traceback"] is None:
+            del out["traceback"]
+        return out

@@ -1,23 +1,34 @@
-"""The workload registry: a name maps to a module that defines `WORKLOAD`.
+"""The workload registry: every workload registers itself with `register(Workload(...))`.
 
-Modules are imported only when asked for, and declaring a workload's parameters never imports
-torch, so that listing, validation and sweep expansion stay fast.
+Built-in workloads are the modules of this package; others come from installed packages through the
+entry-point group `caraml.workloads` (`name = "package.module"`). Modules are imported only when asked
+for, and declaring a workload's parameters never imports torch, so that listing, validation and sweep
+expansion stay fast.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from caraml.errors import BadInput
 from caraml.params import Param
 
-REGISTRY = {
-    "image_classification": "caraml.workloads.image_classification",
-    "llm_training": "caraml.workloads.llm_training",
-    "fno": "caraml.workloads.fno",
-}
+_REGISTERED: dict[str, "Workload"] = {}
+
+
+@dataclass(frozen=True)
+class Col:
+    """A result column a workload declares: a parameter (`param:NAME`) or one of its metrics (`metric:KEY`,
+    `metric:KEY.value` for a {value, unit} metric). Style: text, int, num, pct, bool, gib."""
+
+    key: str
+    header: str
+    source: str
+    style: str = "text"
+    default: bool = True
 
 
 @dataclass(frozen=True)
@@ -26,11 +37,27 @@ class Workload:
     unit: str  # what throughput counts, per second: "images", "tokens", "timesteps"
     params: list[Param]
     presets: dict[str, dict[str, Any]]
-    build: Callable[..., Any] | None  # (params, device, dist) -> Bench; None: declared (sweeps expand), not built
+    build: Callable[..., Any] | None  # (params, RunContext) -> caraml.bench.Bench; None: declared, not built
     check_device: Callable[..., None] | None = None  # (params, device): BadInput if it can't run there
     description: str = ""
     # (params, devices) -> error message or None: launch-shape checks such as tp*pp dividing devices
     check_launch: Callable[[dict[str, Any], int], str | None] | None = None
+    # (params, world) -> caraml.bench.ParallelDims; None: every process is a data-parallel replica
+    dims: Callable[[dict[str, Any], int], Any] | None = None
+    # The result table, in order: names of shared columns (caraml.results.columns.SHARED) and Cols of its own.
+    columns: tuple = ()
+    metrics: tuple[str, ...] = ()  # the keys its Bench.details() puts into the record's metrics
+
+    def parallel_dims(self, values: dict[str, Any], world: int):
+        from caraml.bench import ParallelDims
+
+        return self.dims(values, world) if self.dims else ParallelDims(dp=world)
+
+
+def register(workload: Workload) -> Workload:
+    """Make a workload known by its name; returns it, so a module can say `WORKLOAD = register(Workload(...))`."""
+    _REGISTERED[workload.name] = workload
+    return workload
 
 
 def require_built(wl: Workload) -> None:
@@ -40,11 +67,34 @@ def require_built(wl: Workload) -> None:
                        f"(caraml sweep {wl.name} --dry-run) but not run")
 
 
+def _modules() -> dict[str, str]:
+    """Workload name -> module: this package's modules by their names, then entry points."""
+    found = {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
+             if not m.name.startswith("_") and m.name not in _HELPERS}
+    try:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="caraml.workloads"):
+            found.setdefault(ep.name, ep.value.split(":")[0])
+    except Exception:  # noqa: BLE001 - a broken third-party install must not stop the built-in workloads
+        pass
+    return found
+
+
+# Modules of this package that hold parts of workloads, not workloads.
+_HELPERS = {"synthetic"}
+
+
 def names() -> list[str]:
-    return sorted(REGISTRY)
+    return sorted(_modules())
 
 
 def get(name: str) -> Workload:
-    if name not in REGISTRY:
-        raise BadInput(f"unknown workload '{name}'; choose one of: " + ", ".join(names()))
-    return importlib.import_module(REGISTRY[name]).WORKLOAD
+    if name not in _REGISTERED:
+        modules = _modules()
+        if name not in modules:
+            raise BadInput(f"unknown workload '{name}'; choose one of: " + ", ".join(sorted(modules)))
+        importlib.import_module(modules[name])
+        if name not in _REGISTERED:
+            raise BadInput(f"module {modules[name]} does not register a workload named '{name}'")
+    return _REGISTERED[name]

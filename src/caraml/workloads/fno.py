@@ -5,7 +5,7 @@ benchmark): parameters declared, not built yet. Sweeps expand; running a point s
 from __future__ import annotations
 
 from caraml.params import Param
-from caraml.workloads import Workload
+from caraml.workloads import Col, Workload, register
 
 PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")
 
@@ -27,5 +27,15 @@ PARAMS = [
 ]
 
 
-WORKLOAD = Workload(name="fno", unit="timesteps", params=PARAMS, presets={}, build=None,
-                    description="Fourier Neural Operator training and inference (PIC, RBC) - not built yet")
+WORKLOAD = register(Workload(
+    name="fno", unit="timesteps", params=PARAMS, presets={}, build=None,
+    description="Fourier Neural Operator training and inference (PIC, RBC) - not built yet",
+    columns=("system", Col("problem", "Problem", "param:problem"), "devices", "global_batch_size",
+             Col("mixed_precision", "MixedPrecision", "param:amp", "bool"),
+             Col("compile_mode", "CompileMode", "param:compile_mode"), Col("mode", "Mode", "param:mode"),
+             "throughput", Col("train_throughput", "TrainTimesteps/s", "metric:train_throughput.value"),
+             "peak_memory_gib", "energy_per_device_wh", "ours",
+             Col("nodes", "Nodes", "shared:nodes", default=False),
+             Col("energy_wh", "Energy Wh", "shared:energy_wh", default=False)),
+    metrics=("train_throughput", "global_batch_size"),
+))

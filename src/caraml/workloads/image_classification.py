@@ -11,9 +11,10 @@ from contextlib import nullcontext
 from functools import lru_cache
 from typing import Any
 
+from caraml.bench import BenchInfo, RunContext
 from caraml.errors import BadInput
 from caraml.params import Param
-from caraml.workloads import Workload
+from caraml.workloads import Col, Workload, register
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 COMPILERS = ("none", "inductor", "aot_eager", "trace")
@@ -131,13 +132,14 @@ def _logits(out):
     return out
 
 
-class Bench:
+class ClassificationBench:
     """One configured training setup; `step()` trains on one batch."""
 
-    def __init__(self, p: dict[str, Any], device, dist):
+    def __init__(self, p: dict[str, Any], ctx: RunContext):
         import torch
         import torchvision
 
+        device, dist = ctx.device, ctx.dist
         self.p, self.device, self.dist = p, device, dist
         check_precision(p["precision"], device)
         torch.manual_seed(p["seed"] + dist.rank)
@@ -188,10 +190,11 @@ class Bench:
             else:
                 self._train = torch.compile(self._train_step, **options)
 
-        self.units_per_step = p["batch_size"]
-        self.flops_per_unit = count_flops_per_image(p["model"], p["num_classes"], p["image_size"])
-        self.flops_convention = FLOPS_CONVENTION
-        self.precision = p["precision"]
+        self.info = BenchInfo(
+            units_per_step=p["batch_size"], unit="images",
+            flops_per_unit=count_flops_per_image(p["model"], p["num_classes"], p["image_size"]),
+            flops_convention=FLOPS_CONVENTION, precision=p["precision"], compiled=p["compile"] != "none",
+            compile_setup_s=self.compile_setup_s)
 
     # data -----------------------------------------------------------------------------------
     def _make_data(self):
@@ -209,12 +212,12 @@ class Bench:
             return None
         from torch.utils.data import DataLoader
 
-        from caraml.workloads.synthetic import SyntheticImages
+        from caraml.workloads.synthetic import SyntheticImages, ignore_stop_signals
 
         source = SyntheticImages(p["batch_size"], p["image_size"], p["num_classes"], p["seed"] + self.dist.rank)
         loader = DataLoader(source, batch_size=None, num_workers=p["workers"],
                             pin_memory=self.device.type == "cuda",
-                            persistent_workers=p["workers"] > 0,
+                            persistent_workers=p["workers"] > 0, worker_init_fn=ignore_stop_signals,
                             prefetch_factor=4 if p["workers"] > 0 else None)
         return iter(loader)
 
@@ -252,16 +255,21 @@ class Bench:
         self._data = None  # stops DataLoader workers
 
 
-def build(params: dict[str, Any], device, dist) -> Bench:
-    return Bench(params, device, dist)
-
-
-WORKLOAD = Workload(
+WORKLOAD = register(Workload(
     name="image_classification",
     unit="images",
     params=PARAMS,
     presets=PRESETS,
-    build=build,
+    build=ClassificationBench,
     check_device=lambda p, device: check_precision(p["precision"], device),
     description="Image-classification training (torchvision models, ResNet50 by default), synthetic data",
-)
+    columns=("system", Col("model", "Model", "param:model"), "nodes", "devices", "global_batch_size",
+             Col("batch_size", "BatchSize/Device", "param:batch_size", "int"),
+             Col("precision", "Precision", "param:precision"), Col("compile", "Compiler", "param:compile"),
+             Col("compile_mode", "CompileMode", "param:compile_mode"),
+             Col("channels_last", "ChannelsLast", "param:channels_last", "bool"),
+             "throughput", "energy_wh", "ours",
+             Col("image_size", "ImageSize", "param:image_size", "int", default=False),
+             Col("data", "Data", "param:data", default=False)),
+    metrics=("math", "global_batch_size"),
+))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from caraml.params import Param
-from caraml.workloads import Workload
+from caraml.workloads import Col, Workload, register
 
 PARAMS = [
     Param("model_size", str, "800M", "label of the model shape (CARAML tags 800M, 13B, 175B; custom for your own)",
@@ -55,6 +55,15 @@ def check_launch(p: dict[str, Any], devices: int) -> str | None:
     return None
 
 
-WORKLOAD = Workload(name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=None,
-                    description="GPT pre-training, Megatron style (tensor/pipeline parallel) - not built yet",
-                    check_launch=check_launch)
+WORKLOAD = register(Workload(
+    name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=None,
+    description="GPT pre-training, Megatron style (tensor/pipeline parallel) - not built yet",
+    check_launch=check_launch,
+    columns=("system", Col("model_size", "ModelSize", "param:model_size"), "nodes", "devices", "global_batch_size",
+             Col("tp", "TP", "param:tp", "int"), Col("pp", "PP", "param:pp", "int"), "dp",
+             "time_per_iteration_s", "throughput", "tflops_per_device", "energy_wh", "ours",
+             Col("micro_batch_size", "MicroBatchSize", "param:micro_batch_size", "int", default=False),
+             Col("seq_length", "SeqLength", "param:seq_length", "int", default=False),
+             Col("precision", "Precision", "param:precision", default=False)),
+    metrics=("time_per_iteration_s", "dp", "global_batch_size"),
+))

@@ -4,8 +4,18 @@ workers started with spawn or forkserver."""
 
 from __future__ import annotations
 
+import signal
+
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
+
+
+def ignore_stop_signals(_worker_id: int) -> None:
+    """DataLoader worker_init_fn: a SIGTERM/SIGINT/SIGHUP sent to the whole process group is the main process's
+    to handle (it stops between steps and closes the loader); a worker dying of it would turn a clean stop into
+    a 'DataLoader worker killed' failure. Workers still end with their parent."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class SyntheticImages(IterableDataset):
