@@ -61,7 +61,7 @@ def test_env_manifest():
 def test_result_over_several_records(results):
     for params in (("batch_size=4",), ("batch_size=8", "precision=bf16")):
         caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", *params,
-               "--results", results, check=0)
+               "device=cpu", "--results", results, check=0)
     table = caraml("result", "--results", results, check=0).stdout
     assert "Images/s" in table and "resnet18" in table
     rows = list(csv.DictReader(io.StringIO(caraml("result", "--results", results, "--format", "csv",

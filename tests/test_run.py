@@ -31,7 +31,8 @@ def test_smoke_run_produces_complete_record(results):
     # every effective parameter, defaults included, typed
     assert p["model"] == "resnet18" and p["batch_size"] == 16 and p["channels_last"] is False
     assert p["momentum"] == 0.9 and p["measure_steps"] == 8 and p["warmup_steps"] == 2
-    assert record["system"]["tag"] == "CPU" and record["system"]["detected"] is True
+    on_cpu = record["launch"]["device"] == "cpu"  # the tests also run on GPU machines
+    assert record["system"]["detected"] is True and (record["system"]["tag"] == "CPU") == on_cpu
     assert record["launch"]["world_size"] == 1
     assert m["measured_steps"] == 8 and m["step_time_s"]["n"] == 8
     assert m["step_time_s"]["p10"] <= m["step_time_s"]["median"] <= m["step_time_s"]["p90"]
@@ -42,7 +43,10 @@ def test_smoke_run_produces_complete_record(results):
     fwd = 2 * 1.82e9 * (64 / 224) ** 2
     assert 2.5 * fwd < m["flops_per_unit"] < 3.3 * fwd
     assert m["tflops_per_device"] == pytest.approx(m["flops_per_unit"] * m["throughput"]["value"] / 1e12)
-    assert m["mfu"] is None  # the CPU profile has no peak rate
+    if on_cpu:
+        assert m["mfu"] is None and m["peak_tflops"] is None  # the CPU profile has no peak rate
+    else:
+        assert m["mfu"] == pytest.approx(m["tflops_per_device"] / m["peak_tflops"])
     assert record["env"]["torch"] and record["env"]["hostname"]
     # the record on disk is the one printed, and the index knows it
     saved = records_in(results)
@@ -210,3 +214,57 @@ def test_ddp_ranks_stop_together_when_one_rank_is_signalled(results):
     assert m["throughput_source"] == "all ranks"
     assert m["units"] == 2 * 16 * m["measured_steps"] and m["measured_steps"] % 10 == 0
     assert [r["status"] for r in records_in(results)] == ["interrupted"]
+
+
+def _wait_for(proc, text: str, timeout=120) -> str:
+    seen, deadline = "", time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        seen += line
+        if text in line or not line:
+            break
+    return seen
+
+
+def test_sigterm_to_the_process_group_with_dataloader_workers_is_an_interruption(results):
+    """`kill -TERM -- -PGID` (a local sweep's time limit, SLURM) reaches the DataLoader workers too."""
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", *SMOKE, "data=synthetic-host", "workers=2",
+                             "image_size=32", "measure_steps=100000", "power=off", "--results", str(results), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+                            start_new_session=True)
+    seen = _wait_for(proc, "measuring")
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, seen + err
+    record = json.loads(out)
+    assert record["status"] == "interrupted", record["error"]
+    assert "SIGTERM" in record["error"] and record["metrics"]["measured_steps"] > 0
+    assert records_in(results)[0]["status"] == "interrupted"
+
+
+def test_sighup_mid_run_leaves_an_interrupted_record(results):
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", *SMOKE, "image_size=32", "measure_steps=100000",
+                             "power=off", "--results", str(results), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    _wait_for(proc, "measuring")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert json.loads(out)["status"] == "interrupted" and "SIGHUP" in json.loads(out)["error"]
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.0])
+def test_sigterm_during_start_up_leaves_a_record(results, delay):
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", *SMOKE, "power=off", "--results", str(results), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    time.sleep(delay)  # Python is still importing torch
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    record = json.loads(out)
+    assert record["status"] == "interrupted" and record["error"].startswith("stopped by SIGTERM during setup")
+    assert records_in(results)[0]["run_id"] == record["run_id"]

@@ -252,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["run"]:
+        from caraml.measure.stops import catch_early
+
+        catch_early()  # a stop during start-up must still leave a record
     parser = build_parser()
     # key=value pairs may come before or after options (`run W --preset smoke batch_size=8`).
     args, extra = parser.parse_known_args(argv)

@@ -7,12 +7,12 @@ stops cleanly at SIGTERM, SIGINT or SIGUSR2 (SLURM's warning signal), keeping wh
 
 from __future__ import annotations
 
-import signal
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 
+from caraml.measure.stops import StopRequested  # noqa: F401 (part of the harness's interface)
 from caraml.measure.timing import StepClock, summarize
 from caraml.params import Param
 from caraml.power.run import PARAMS as POWER_PARAMS
@@ -29,9 +29,6 @@ HARNESS_PARAMS = [
 
 # Ranks agree on stopping every this many measured steps: one small all-reduce, not one per step.
 STOP_CHECK_EVERY = 10
-# SIGHUP too: a closed terminal or an ssh session that drops must still leave a record.
-STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None),
-                                 getattr(signal, "SIGHUP", None)) if s)
 
 
 @dataclass
@@ -44,32 +41,6 @@ class Measurement:
     steps: int = 0
     stop_signal: str | None = None
     agreed: bool = False  # all ranks stopped at the same step, so collectives are still safe
-
-
-class StopRequested:
-    """Turns stop signals into a flag checked between steps; a second signal stops at once."""
-
-    def __init__(self):
-        self.signal: str | None = None
-        self._old = {}
-
-    def __enter__(self):
-        for sig in STOP_SIGNALS:
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    def _handle(self, signum, _frame):
-        if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        return False
 
 
 def say(message: str, dist) -> None:

@@ -1,0 +1,49 @@
+"""Stop signals turned into a flag checked between steps, so a stopped run still leaves its record.
+
+SIGTERM (SLURM's end, `kill`), SIGINT (Ctrl-C), SIGUSR2 (SLURM's warning signal) and SIGHUP (a closed
+terminal or dropped ssh session). `catch_early()` is called first thing by `caraml run`, so that a signal
+that comes while Python is still importing torch is remembered, not fatal.
+"""
+
+from __future__ import annotations
+
+import signal
+
+STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None),
+                                 getattr(signal, "SIGHUP", None)) if s)
+_early: list[str] = []  # signals caught before a StopRequested took over
+
+
+def _remember(signum, _frame):
+    _early.append(signal.Signals(signum).name)
+
+
+def catch_early() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _remember)
+
+
+class StopRequested:
+    """Turns stop signals into a flag checked between steps; a second signal stops at once."""
+
+    def __init__(self):
+        self.signal: str | None = _early[0] if _early else None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in STOP_SIGNALS:
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, _frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
