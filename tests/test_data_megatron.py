@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from caraml.data.megatron import GPTSamples, IndexedDataset, IndexedDatasetWriter, read_index
+from caraml.data.megatron import GPTSamples, IndexedDataset, IndexedDatasetWriter, locate, read_index
 from caraml.data.tokenizer import GPT2Tokenizer
 from caraml.errors import BadInput
 from conftest import SHARED_DATA, caraml, cli_env
@@ -59,6 +59,15 @@ def test_writer_layout_is_megatrons(tmp_path):
                 + struct.pack("<4q", 0, 1, 2, 3))
     assert (tmp_path / "lay.idx").read_bytes() == expected
     assert (tmp_path / "lay.bin").read_bytes() == struct.pack("<8H", 1, 2, 3, 4, 5, 6, 7, 65535)
+
+
+def test_prefixes_with_dots_and_lookup_under_caraml_data(tmp_path):
+    write(tmp_path / "corpus.v2_text_document", [[1, 2, 3]])
+    assert (tmp_path / "corpus.v2_text_document.idx").is_file()
+    assert list(IndexedDataset(tmp_path / "corpus.v2_text_document.bin")[0]) == [1, 2, 3]  # .bin/.idx also name it
+    assert locate("corpus.v2_text_document", str(tmp_path)) == tmp_path / "corpus.v2_text_document"
+    with pytest.raises(BadInput, match="set CARAML_DATA"):
+        locate("corpus.v2_text_document", None)
 
 
 def test_writer_refuses_tokens_that_do_not_fit(tmp_path):

@@ -11,16 +11,16 @@ def add_parser(group) -> None:
 
 
 def run(args) -> int:
-    from caraml.data.megatron import IndexedDataset, read_index, split_prefix
+    from caraml.data.megatron import IndexedDataset, bin_path, idx_path, read_index, split_prefix
 
     prefix = split_prefix(args.prefix)
-    index = read_index(prefix.with_suffix(".idx"))
-    bin_path = prefix.with_suffix(".bin")
-    if bin_path.exists():
+    index = read_index(idx_path(prefix))
+    tokens = bin_path(prefix)
+    if tokens.exists():
         IndexedDataset(prefix)  # checks that the .bin matches the index
-        bin_line = f"{bin_path} ({bin_path.stat().st_size} bytes, matches the index)"
+        bin_line = f"{tokens} ({tokens.stat().st_size} bytes, matches the index)"
     else:
-        bin_line = f"{bin_path} is missing: only the index can be read"
+        bin_line = f"{tokens} is missing: only the index can be read"
     lengths = index.sequence_lengths
     print(f"prefix     {prefix}")
     print(f"format     MMIDIDX v1, tokens {index.dtype.name}")

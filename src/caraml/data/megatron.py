@@ -48,14 +48,22 @@ def split_prefix(path: str | os.PathLike) -> Path:
     return path.with_suffix("") if path.suffix in (".bin", ".idx") else path
 
 
+def idx_path(prefix: Path) -> Path:
+    return prefix.parent / (prefix.name + ".idx")  # not with_suffix: prefixes may hold dots
+
+
+def bin_path(prefix: Path) -> Path:
+    return prefix.parent / (prefix.name + ".bin")
+
+
 def locate(prefix: str, data_root: str | None) -> Path:
     """A dataset prefix as given or, when relative and not there, under data_root (CARAML_DATA)."""
     given = split_prefix(prefix)
     candidates = [given] + ([Path(data_root) / given] if data_root and not given.is_absolute() else [])
     for candidate in candidates:
-        if candidate.with_suffix(".idx").is_file():
+        if idx_path(candidate).is_file():
             return candidate
-    where = " or ".join(str(c.with_suffix(".idx")) for c in candidates)
+    where = " or ".join(str(idx_path(c)) for c in candidates)
     hint = "" if data_root else "; set CARAML_DATA to the folder that holds it"
     raise BadInput(f"no Megatron dataset {where}{hint} (make one with `caraml data prepare`)")
 
@@ -141,17 +149,17 @@ class IndexedDataset:
 
     def __init__(self, prefix: str | os.PathLike):
         self.prefix = split_prefix(prefix)
-        self.index = read_index(self.prefix.with_suffix(".idx"))
-        bin_path = self.prefix.with_suffix(".bin")
-        if not bin_path.is_file():
-            raise BadInput(f"{bin_path} does not exist; it is the token half of {self.index.path} "
+        self.index = read_index(idx_path(self.prefix))
+        tokens_path = bin_path(self.prefix)
+        if not tokens_path.is_file():
+            raise BadInput(f"{tokens_path} does not exist; it is the token half of {self.index.path} "
                            f"(`caraml data prepare` writes both)")
-        size = bin_path.stat().st_size
+        size = tokens_path.stat().st_size
         if size != self.index.bin_bytes:
-            raise BadInput(f"{bin_path} is {size} bytes but {self.index.path.name} describes "
+            raise BadInput(f"{tokens_path} is {size} bytes but {self.index.path.name} describes "
                            f"{self.index.bin_bytes} ({self.index.tokens} {self.index.dtype.name} tokens): "
                            f"the pair is mismatched or truncated; write both again with `caraml data prepare`")
-        self.tokens = _map(bin_path).view(self.index.dtype)
+        self.tokens = _map(tokens_path).view(self.index.dtype)
         self._starts = self.index.sequence_pointers // self.index.dtype.itemsize  # in tokens
 
     def __len__(self) -> int:
@@ -186,7 +194,7 @@ class IndexedDatasetWriter:
         if self.dtype not in CODES:
             raise BadInput(f"token dtype {self.dtype.name} is not one of Megatron's: "
                            f"{', '.join(np.dtype(t).name for t in DTYPES.values())}")
-        self.bin_path, self.idx_path = self.prefix.with_suffix(".bin"), self.prefix.with_suffix(".idx")
+        self.bin_path, self.idx_path = bin_path(self.prefix), idx_path(self.prefix)
         try:
             self.bin_path.parent.mkdir(parents=True, exist_ok=True)
             self._bin = open(self.bin_path, "wb")
@@ -269,6 +277,8 @@ class GPTSamples:
             raise BadInput(f"{self.data.prefix} holds {self.tokens_per_epoch} tokens, fewer than one sample of "
                            f"seq_length + 1 = {seq_length + 1}; use a shorter seq_length or more data")
         self.samples_per_epoch = (self.tokens_per_epoch - 1) // seq_length
+        if num_samples is not None and num_samples < 0:
+            raise BadInput(f"num_samples={num_samples}; it must be 0 or more")
         self.num_samples = self.samples_per_epoch if num_samples is None else num_samples
         self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
