@@ -248,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_launch_parser(sub, DEFAULT_RESULTS)
     add_row_parser(sub)
+    from caraml.data.cli import add_parser as add_data_parser  # data prepare, data info, ...
+    add_data_parser(sub)
     return parser
 
 

@@ -1,0 +1,33 @@
+"""`caraml data info PREFIX`: what a Megatron .bin/.idx pair holds."""
+
+from __future__ import annotations
+
+
+def add_parser(group) -> None:
+    info = group.add_parser("info", help="sequences, documents, tokens and dtype of a Megatron dataset",
+                            description="Check a Megatron .idx (and its .bin, when there) and print what it holds.")
+    info.add_argument("prefix", help="the dataset prefix (PREFIX.idx, PREFIX.bin); PREFIX.idx also works")
+    info.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from caraml.data.megatron import IndexedDataset, bin_path, idx_path, read_index, split_prefix
+
+    prefix = split_prefix(args.prefix)
+    index = read_index(idx_path(prefix))
+    tokens = bin_path(prefix)
+    if tokens.exists():
+        IndexedDataset(prefix)  # checks that the .bin matches the index
+        bin_line = f"{tokens} ({tokens.stat().st_size} bytes, matches the index)"
+    else:
+        bin_line = f"{tokens} is missing: only the index can be read"
+    lengths = index.sequence_lengths
+    print(f"prefix     {prefix}")
+    print(f"format     MMIDIDX v1, tokens {index.dtype.name}")
+    print(f"sequences  {index.sequences}")
+    print(f"documents  {index.documents}")
+    print(f"tokens     {index.tokens}")
+    if index.sequences:
+        print(f"lengths    {lengths.min()} to {lengths.max()} tokens per sequence")
+    print(f"bin        {bin_line}")
+    return 0
