@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from conftest import caraml, cli_env, records_in
 from slurm_cluster import needs_slurm, queue as _queue, wait_for as _wait
 
-pytestmark = needs_slurm
+pytestmark = [needs_slurm, pytest.mark.slow]
 
 
 def test_sweep_on_slurm_ok_interrupted_and_lost(slurm_cluster, tmp_path):

@@ -18,7 +18,8 @@ import handmade
 from conftest import ROOT, caraml, cli_env
 from slurm_cluster import needs_slurm, wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("jube") is None, reason="needs JUBE (Debian package jube)")
+pytestmark = [pytest.mark.skipif(shutil.which("jube") is None, reason="needs JUBE (Debian package jube)"),
+              pytest.mark.slow]
 
 IC = "image_classification/image_classification_torch_benchmark.xml"
 IC_RUN = "image_classification/image_classification_torch_benchmark_run"

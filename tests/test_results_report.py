@@ -57,6 +57,7 @@ def chromium(*args, profile: Path, timeout=120) -> subprocess.CompletedProcess:
                            f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_report_opens_in_a_real_browser(campaign, tmp_path):
     runs = campaign / "runs"
