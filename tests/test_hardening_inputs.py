@@ -181,7 +181,8 @@ def test_suite_overrides_are_as_strict_as_run_parameters(tmp_path):
             plan_of(tmp_path, SUITE, {"batch_size": raw})
 
 
-@pytest.mark.parametrize("argv", [("result", "--results", ""), ("sweep", "image_classification", "--results", " "),
+@pytest.mark.parametrize("argv", [("result", "--results", ""),
+                                  ("sweep", "image_classification", "--dry-run", "--results", " "),
                                   ("plot", "throughput", "--out", "")])
 def test_empty_paths_are_refused(capsys, argv):
     code, _, err = run_cli(capsys, *argv)

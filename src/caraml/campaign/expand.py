@@ -56,8 +56,8 @@ def apply_overrides(suite: Suite, overrides: dict[str, str]) -> None:
         section = ("launch" if key in LAUNCH_KEYS else "params" if key in declared
                    else "vars" if key in suite.entries["vars"] or key in suite.entries["derived"] else None)
         if section is None:
-            raise BadInput(f"{shown(key)}={shown(raw)}: '{shown(key)}' is neither a parameter of {suite.workload} nor a variable of suite "
-                           f"{suite.name}; parameters: {', '.join(sorted(declared))}")
+            raise BadInput(f"{shown(key)}={shown(raw)}: '{shown(key)}' is neither a parameter of {suite.workload} "
+                           f"nor a variable of suite {suite.name}; parameters: {', '.join(sorted(declared))}")
         for body in suite.entries.values():
             body.pop(key, None)
         suite.entries[section][key] = [Alternative(raw)]

@@ -80,7 +80,8 @@ def evaluate(text: str, names: dict[str, Any], where: str = "expression") -> Any
     except _Refused as exc:
         raise BadInput(f"{where}: '{quoted}': {exc}") from None
     except NameError as exc:
-        raise BadInput(f"{where}: '{quoted}' uses unknown name {exc}; known names: {', '.join(sorted(names))}") from None
+        raise BadInput(f"{where}: '{quoted}' uses unknown name {exc}; "
+                       f"known names: {', '.join(sorted(names))}") from None
     except RecursionError:
         raise BadInput(f"{where}: '{quoted}' nests too deeply; split it into several derived values") from None
     except (ArithmeticError, TypeError, ValueError) as exc:
