@@ -182,3 +182,13 @@ def test_output_survives_an_ascii_terminal(tmp_path):
     write(results, image("H100-é", 64, "bf16", 2400.0))
     proc = caraml("result", "--results", results, env=cli_env(PYTHONIOENCODING="ascii"), check=0)
     assert "H100-\\xe9" in proc.stdout and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [("compare", "--by", "x" * 100_000), ("result", "--where", "system=" + "v" * 100_000),
+                                  ("result", "--columns", "c" * 100_000), ("result", "--workload", "w" * 100_000)],
+                         ids=["by", "where", "columns", "workload"])
+def test_long_values_are_quoted_short(tmp_path, capsys, argv):
+    results = tmp_path / "results"
+    two_systems(results)
+    code, _, err = run_cli(capsys, *argv, "--results", results)
+    assert code == 2 and len(err) < 1000 and "…" in err and len(err.strip().splitlines()) == 1

@@ -95,7 +95,7 @@ def _plot(args) -> int:
     from caraml.results.select import select
 
     if args.kind not in KINDS:  # before loading anything
-        raise BadInput(f"unknown plot kind '{args.kind}'; choose one of: {', '.join(KINDS)}")
+        raise BadInput(f"unknown plot kind '{shown(args.kind)}'; choose one of: {', '.join(KINDS)}")
     selection = select(args.results, args.workload, args.where)
     for stem, fig in figures(args.kind, selection.by_workload, args.run):
         for path in save(fig, Path(args.out), stem):

@@ -77,7 +77,7 @@ def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_PO
     preset = wl.presets.get(suite.preset) if suite.preset else None
     for name in suite.entries["params"]:
         if name not in declared:
-            raise BadInput(f"suite {suite.name}: params.{name}: workload {wl.name} has no parameter '{name}'; "
+            raise BadInput(f"suite {suite.name}: params.{name}: workload {wl.name} has no parameter '{shown(name)}'; "
                            f"its parameters: {', '.join(sorted(declared))}")
     active = set(active) | {system}
 

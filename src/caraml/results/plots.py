@@ -14,7 +14,7 @@ import io
 import json
 from pathlib import Path
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 from caraml.paths import safe_name
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point
@@ -214,14 +214,14 @@ def phase_spans(rows: list[dict]) -> list[tuple[str, float, float]]:
 def figures(kind: str, by_workload: dict[str, list[Point]], run: str | None = None) -> list[tuple[str, object]]:
     """(file stem, figure) for each workload (or run, for power) that has data for this kind."""
     if kind not in KINDS:
-        raise BadInput(f"unknown plot kind '{kind}'; choose one of: {', '.join(KINDS)}")
+        raise BadInput(f"unknown plot kind '{shown(kind)}'; choose one of: {', '.join(KINDS)}")
     out = []
     if kind == "power":
         records = [r for pts in by_workload.values() for p in pts for r in p.records]
         if run:
             records = [r for r in records if str(r.get("run_id", "")).startswith(run) or r.get("id") == run]
             if not records:
-                raise BadInput(f"--run {run}: no selected run has this run_id (or config id)")
+                raise BadInput(f"--run {shown(run)}: no selected run has this run_id (or config id)")
         for r in records:
             fig = power_figure(r)
             if fig is not None:
