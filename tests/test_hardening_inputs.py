@@ -109,6 +109,7 @@ def test_suite_file_size_is_capped(tmp_path):
     (SUITE + "derived:\n  batch_size: " + " + ".join(["1"] * 50_000) + "\n", "longer than 1000 characters"),
     (SUITE + "derived:\n  batch_size: " + "-" * 900 + "1\n", "nests too deeply|not a valid expression"),
     (SUITE + "launch: {time_limit: bogus}\n", "time_limit=bogus is not a SLURM time limit"),
+    (SUITE + "launch: {launcher: " + "x" * 5000 + "}\n", "launcher=x{200}… is not valid; choose torchrun or srun"),
     (SUITE + "launch: {time_limit: '1_0'}\n", "time_limit=1_0 is not a SLURM time limit"),
     (SUITE + "params: {precision: [{value: bf16, tag: '" + "!" * 5000 + "x'}]}\n", "longer than 1000 characters"),
     (SUITE + "params: {precision: [{value: bf16, tag: '" + "(" * 600 + "x" + ")" * 600 + "'}]}\n", "does not parse"),
@@ -204,6 +205,15 @@ def test_site_profiles_of_the_wrong_type_name_file_and_field(tmp_path, monkeypat
         systems.profiles()
     code, out, err = run_cli(capsys, "systems")
     assert code == 2 and not out and "H100.toml" in one_line(err)
+
+
+def test_site_values_are_quoted_short_in_job_scripts(tmp_path, monkeypatch, capsys):
+    (tmp_path / "H100.toml").write_text(f'[site]\nenv = {{"{"K " * 5000}" = "1"}}\n')
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    suite = tmp_path / "one.yaml"
+    suite.write_text(SUITE)
+    code, _, err = run_cli(capsys, "launch", suite, "--system", "H100", "--script")
+    assert code == 2 and "is not a valid environment variable name" in one_line(err) and len(err) < 500
 
 
 def test_shipped_profiles_pass_their_own_check():

@@ -185,8 +185,9 @@ def test_output_survives_an_ascii_terminal(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [("compare", "--by", "x" * 100_000), ("result", "--where", "system=" + "v" * 100_000),
-                                  ("result", "--columns", "c" * 100_000), ("result", "--workload", "w" * 100_000)],
-                         ids=["by", "where", "columns", "workload"])
+                                  ("result", "--columns", "c" * 100_000), ("result", "--workload", "w" * 100_000),
+                                  ("compare", "--by", "system", "--baseline", "b" * 100_000)],
+                         ids=["by", "where", "columns", "workload", "baseline"])
 def test_long_values_are_quoted_short(tmp_path, capsys, argv):
     results = tmp_path / "results"
     two_systems(results)

@@ -134,12 +134,12 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
         if problem:
             raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
     cid = config_id(wl.name, values, system, nodes * per_node, nodes)
-    shown = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
+    as_set = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
     time_limit = launch.get("time_limit")
     time_limit_seconds(time_limit)  # a bad limit fails here, not in the job script
     return Point(id=cid, workload=wl.name, system=system, preset=suite.preset, params=values, nodes=nodes,
                  devices_per_node=per_node, launcher=launcher,
-                 time_limit=None if time_limit is None else str(time_limit), shown=shown)
+                 time_limit=None if time_limit is None else str(time_limit), shown=as_set)
 
 
 def time_limit_seconds(text: str | None) -> float | None:

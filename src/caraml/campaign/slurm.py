@@ -116,8 +116,8 @@ def render(point: Point, profile: dict, opts: JobOptions, log: str) -> str:
         if not _ENV_NAME.match(str(key)):
             raise BadInput(f"site.env key '{shown(key)}' is not a valid environment variable name")
         env_lines.append(f"export {key}={q(value)}")
-    shown = ", ".join(f"{k}={v}" for k, v in point.shown.items())
-    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {' '.join(shown.splitlines())}"]
+    settings = ", ".join(f"{k}={v}" for k, v in point.shown.items())
+    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {' '.join(settings.splitlines())}"]
     out += [f"#SBATCH {line}" for line in _sbatch_lines(point, profile, log)]
     out += [
         "",
