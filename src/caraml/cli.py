@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 
 DEFAULT_RESULTS = "caraml-results"
 
@@ -28,7 +28,9 @@ def _run(args) -> int:
 
     if launch_env().is_main:
         if args.json:
-            print(json.dumps(record, default=str))
+            from caraml.results.store import dumps
+
+            print(dumps(record))
         else:
             _print_summary(record)
     if record["status"] == "interrupted" and not launch_env().is_main:
@@ -49,14 +51,14 @@ def _print_summary(record: dict) -> None:
 
 def _result(args) -> int:
     from caraml.results.select import result_tables, select
-    from caraml.results.store import Store
+    from caraml.results.store import Store, dumps
     from caraml.results.table import render_tables
 
     selection = select(args.results, args.workload, args.where)
     Store(args.results).sync_index()
     if args.format == "json":  # the records themselves, for other tools
         records = [{k: v for k, v in r.items() if not k.startswith("_")} for p in selection.points for r in p.records]
-        print(json.dumps(records, indent=1, default=str))
+        print(dumps(records, indent=1))
         return 0
     fmt = "json" if args.format == "rows-json" else args.format
     sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns)), fmt))
@@ -93,7 +95,7 @@ def _plot(args) -> int:
     from caraml.results.select import select
 
     if args.kind not in KINDS:  # before loading anything
-        raise BadInput(f"unknown plot kind '{args.kind}'; choose one of: {', '.join(KINDS)}")
+        raise BadInput(f"unknown plot kind '{shown(args.kind)}'; choose one of: {', '.join(KINDS)}")
     selection = select(args.results, args.workload, args.where)
     for stem, fig in figures(args.kind, selection.by_workload, args.run):
         for path in save(fig, Path(args.out), stem):
@@ -127,8 +129,9 @@ def _systems(args) -> int:
     if args.tag:
         print(json.dumps(systems.get(args.tag), indent=1))
         return 0
+    tags = systems.known_tags()  # before the header: a bad profile is the only line
     print(f"{'tag':<9} {'vendor':<9} {'dev/node':>8} {'mem GB':>7} {'bf16 TF':>8}  {'power':<12} accelerator")
-    for tag in systems.known_tags():
+    for tag in tags:
         p = systems.get(tag)
         bf16 = p.get("peak_tflops", {}).get("bf16")
         print(f"{tag:<9} {p['vendor']:<9} {p['devices_per_node']:>8} {p['memory_per_device_gb']:>7g} "
@@ -253,11 +256,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _robust_output() -> None:
+    """Text any terminal can show: a record's non-ASCII name must not end `caraml result` under LANG=C."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):  # replaced by something without reconfigure (a test's capture)
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     if (sys.argv[1:] if argv is None else argv)[:1] == ["run"]:
         from caraml.measure.stops import catch_early
 
         catch_early()  # a stop during start-up must still leave a record
+    _robust_output()
     parser = build_parser()
     # key=value pairs may come before or after options (`run W --preset smoke batch_size=8`).
     args, extra = parser.parse_known_args(argv)
@@ -265,11 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     if extra and listed and all("=" in e and not e.startswith("-") for e in extra):
         setattr(args, listed, list(getattr(args, listed) or []) + extra)
     elif extra:
-        parser.error("unrecognized arguments: " + " ".join(extra))
+        parser.error("unrecognized arguments: " + shown(" ".join(extra)))
+    for option in ("results", "out"):  # Path("") is the current folder: never what was meant
+        if isinstance(getattr(args, option, None), str) and not getattr(args, option).strip():
+            parser.error(f"--{option} is empty; pass a path, e.g. --{option} "
+                         + (DEFAULT_RESULTS if option == "results" else "PATH"))
     try:
         return args.func(args)
     except BadInput as exc:
-        print(f"caraml: error: {exc}", file=sys.stderr)
+        print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
         return 2
     except KeyboardInterrupt:
         print("caraml: interrupted", file=sys.stderr)

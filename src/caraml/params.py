@@ -11,10 +11,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+INT_LIMIT = 2**63  # ints are int64 wherever they go (torch, SQLite, seeds): a larger one fails later, obscurely
 
 
 @dataclass(frozen=True)
@@ -33,22 +34,29 @@ class Param:
         value = self._convert(raw, workload)
         if self.choices is not None and value not in self.choices:
             raise BadInput(
-                f"{workload}: {self.name}={raw!s} is not valid; choose one of: "
+                f"{workload}: {self.name}={shown(raw)} is not valid; choose one of: "
                 + ", ".join(str(c) for c in self.choices)
             )
         if self.minimum is not None and value is not None and value < self.minimum:
-            raise BadInput(f"{workload}: {self.name}={raw!s} is too small; it must be >= {self.minimum:g}")
+            raise BadInput(f"{workload}: {self.name}={shown(raw)} is too small; it must be >= {self.minimum:g}")
         return value
 
     def _convert(self, raw: Any, workload: str) -> Any:
-        if not isinstance(raw, str):
-            if self.type is float and isinstance(raw, int) and not isinstance(raw, bool):
-                return float(raw)
-            if isinstance(raw, self.type) and not (self.type is int and isinstance(raw, bool)):
+        value = self._typed(raw, workload)
+        if self.type is int and not -INT_LIMIT <= value < INT_LIMIT:
+            raise BadInput(f"{workload}: {self.name}={shown(raw)} is out of range; an integer must lie "
+                           "between -2**63 and 2**63-1")
+        return value
+
+    def _typed(self, raw: Any, workload: str) -> Any:
+        if not isinstance(raw, str):  # from a preset or a suite; a float goes through text (inf, 10**400)
+            if isinstance(raw, self.type) and self.type is not float and (self.type is bool) == isinstance(raw, bool):
                 return raw
             raw = str(raw)
         text = raw.strip()
         try:
+            if self.type in (int, float) and ("_" in text or not text.isascii()):
+                raise ValueError  # Python reads 1_6 and full-width digits as numbers; a person rarely means them
             if self.type is bool:
                 low = text.lower()
                 if low in _TRUE:
@@ -65,18 +73,23 @@ class Param:
                 return value
             return text
         except ValueError:
-            kind = {bool: "on/off (true/false, 1/0)", int: "an integer", float: "a finite number"}[self.type]
-            raise BadInput(f"{workload}: {self.name}={raw} is not {kind}") from None
+            kind = {bool: "on/off (true/false, 1/0)", int: "an integer (plain digits, e.g. 16)",
+                    float: "a finite number (plain digits, e.g. 0.5)"}[self.type]
+            raise BadInput(f"{workload}: {self.name}={shown(raw)} is not {kind}") from None
 
 
 def parse_assignments(items: Iterable[str]) -> dict[str, str]:
-    """`["a=1", "b=x"]` -> `{"a": "1", "b": "x"}`; a missing `=` is bad input."""
+    """`["a=1", "b=x"]` -> `{"a": "1", "b": "x"}`; a missing `=`, or a key given twice, is bad input."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"parameter '{item}' is not of the form key=value (e.g. batch_size=64)")
-        out[key.strip()] = value
+            raise BadInput(f"parameter '{shown(item)}' is not of the form key=value (e.g. batch_size=64)")
+        key = key.strip()
+        if key in out:
+            raise BadInput(f"parameter '{shown(key)}' is given twice ({shown(out[key], 50)} and {shown(value, 50)}); "
+                           "give it once")
+        out[key] = value
     return out
 
 
@@ -88,7 +101,7 @@ def resolve(
     for key in given:
         if key not in by_name:
             raise BadInput(
-                f"{workload}: unknown parameter '{key}'; valid parameters: " + ", ".join(sorted(by_name))
+                f"{workload}: unknown parameter '{shown(key)}'; valid parameters: " + ", ".join(sorted(by_name))
             )
     values = {p.name: p.default for p in declared}
     for source in (preset or {}, given):
@@ -98,5 +111,5 @@ def resolve(
         if p.check is not None and values[p.name] is not None:
             message = p.check(values[p.name])
             if message:
-                raise BadInput(f"{workload}: {p.name}={values[p.name]} {message}")
+                raise BadInput(f"{workload}: {p.name}={shown(values[p.name])} {message}")
     return values

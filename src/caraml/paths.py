@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from caraml.errors import BadInput
@@ -20,3 +21,10 @@ def ensure_writable_dir(path: str | os.PathLike, what: str = "results directory"
         reason = exc.strerror or str(exc)
         raise BadInput(f"{what} {path} cannot be written: {reason}; pass {option} DIR") from None
     return folder
+
+
+def safe_name(text) -> str:
+    """A file name made from a value read from a record or a state file (a workload, a run id): letters,
+    digits and `._-` only, no leading dot, so `x/../../etc` can never leave the folder it is joined to."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", str(text)).lstrip(".")[:200]
+    return name or "_"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,7 +134,11 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     # Rank 0 writes the run's record; another rank writes one only when it failed on its own (rank 0
     # may then be stuck in a collective and be killed by torchrun before it can).
     if dist.is_main or record.status in ("oom", "failed"):
-        out["path"] = str(store.save(out))
+        try:
+            out["path"] = str(store.save(out))
+        except BadInput as exc:  # nowhere to write: the record still goes to stdout (--json) and the summary
+            print(f"caraml: error: {exc}", file=sys.stderr)
+            out["path"] = None
     if collective:
         distributed.shutdown(dist)
     return out

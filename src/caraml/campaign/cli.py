@@ -24,6 +24,8 @@ def add_parsers(sub, results_default: str) -> None:
     sweep.add_argument("--continue", dest="collect", action="store_true",
                        help="collect the records of submitted SLURM jobs; report what is still queued")
     sweep.add_argument("--list", action="store_true", help="list the shipped suites")
+    sweep.add_argument("--max-points", type=_positive, default=10_000, metavar="N",  # expand.MAX_POINTS
+                       help="refuse a suite that expands to more points than this (default: %(default)s)")
     sweep.add_argument("--python", help="interpreter the points run with (default: this one)")
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
     sweep.set_defaults(func=sweep_command)
@@ -34,6 +36,14 @@ def add_parsers(sub, results_default: str) -> None:
     pull.add_argument("--system", required=True, help="system profile tag")
     pull.add_argument("--print", action="store_true", help="print the command instead of running it")
     pull.set_defaults(func=container_command)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    if not (text.isascii() and text.isdigit() and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"'{text[:50]}' is not a whole number above 0")
+    return int(text)
 
 
 def sweep_command(args) -> int:
@@ -53,7 +63,7 @@ def sweep_command(args) -> int:
     if args.json and not args.dry_run:
         raise BadInput("--json goes with --dry-run (a real sweep saves records; see `caraml result`)")
     plan = sweep.plan(args.suite, args.tag, args.system, parse_assignments(args.overrides),
-                      need_system=args.executor == "slurm")
+                      need_system=args.executor == "slurm", max_points=args.max_points)
     if args.dry_run:
         if args.executor == "slurm":
             scripts = sweep.write_scripts(plan, args.results, args.python)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from caraml import params as params_mod, systems, workloads
 from caraml.campaign import expr
 from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 from caraml.measure.harness import HARNESS_PARAMS
 from caraml.results.record import config_id
+
+MAX_POINTS = 10_000  # a sweep beyond this is a typo more often than a plan (`caraml sweep --max-points N`)
 
 
 @dataclass
@@ -41,7 +45,7 @@ def check_tags(suite: Suite, given: list[str]) -> None:
     known = suite.mentioned_tags() | set(systems.known_tags())
     for tag in given:
         if tag not in known:
-            raise BadInput(f"unknown tag '{tag}' for suite {suite.name}; its tags: "
+            raise BadInput(f"unknown tag '{shown(tag)}' for suite {suite.name}; its tags: "
                            + ", ".join(sorted(suite.mentioned_tags())) + " (and the system tags)")
 
 
@@ -52,8 +56,8 @@ def apply_overrides(suite: Suite, overrides: dict[str, str]) -> None:
         section = ("launch" if key in LAUNCH_KEYS else "params" if key in declared
                    else "vars" if key in suite.entries["vars"] or key in suite.entries["derived"] else None)
         if section is None:
-            raise BadInput(f"{key}={raw}: '{key}' is neither a parameter of {suite.workload} nor a variable of suite "
-                           f"{suite.name}; parameters: {', '.join(sorted(declared))}")
+            raise BadInput(f"{shown(key)}={shown(raw)}: '{shown(key)}' is neither a parameter of {suite.workload} "
+                           f"nor a variable of suite {suite.name}; parameters: {', '.join(sorted(declared))}")
         for body in suite.entries.values():
             body.pop(key, None)
         suite.entries[section][key] = [Alternative(raw)]
@@ -63,17 +67,17 @@ def _declared(suite: Suite):
     return workloads.get(suite.workload).params + HARNESS_PARAMS
 
 
-def expand(suite: Suite, active: set[str], system: str) -> list[Point]:
+def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_POINTS) -> list[Point]:
     wl = workloads.get(suite.workload)
     declared = {p.name: p for p in _declared(suite)}
     profile = systems.get(system)
     if suite.preset is not None and suite.preset not in wl.presets:
-        raise BadInput(f"suite {suite.name}: unknown preset '{suite.preset}' of {wl.name}; choose one of: "
+        raise BadInput(f"suite {suite.name}: unknown preset '{shown(suite.preset)}' of {wl.name}; choose one of: "
                        + ", ".join(wl.presets))
     preset = wl.presets.get(suite.preset) if suite.preset else None
     for name in suite.entries["params"]:
         if name not in declared:
-            raise BadInput(f"suite {suite.name}: params.{name}: workload {wl.name} has no parameter '{name}'; "
+            raise BadInput(f"suite {suite.name}: params.{name}: workload {wl.name} has no parameter '{shown(name)}'; "
                            f"its parameters: {', '.join(sorted(declared))}")
     active = set(active) | {system}
 
@@ -86,6 +90,10 @@ def expand(suite: Suite, active: set[str], system: str) -> list[Point]:
     if any(not values for _, _, values in axes):
         empty = next(f"{s}.{n}" for s, n, v in axes if not v)
         raise BadInput(f"suite {suite.name}: {empty} is an empty list, so the sweep has zero points")
+    count = math.prod(len(values) for _, _, values in axes)  # before making any: 10**7 points take hours
+    if count > max_points:
+        raise BadInput(f"suite {suite.name} expands to {count} points, more than the limit of {max_points}; "
+                       f"sweep fewer values, or pass --max-points {count} if you mean it")
 
     defaults = {p.name: p.default for p in declared.values()} | dict(preset or {})
     points: dict[str, Point] = {}
@@ -124,25 +132,45 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     nodes, per_node = _count(launch["nodes"], "nodes"), _count(launch["devices_per_node"], "devices_per_node")
     launcher = str(launch.get("launcher", "torchrun"))
     if launcher not in ("torchrun", "srun"):
-        raise BadInput(f"suite {suite.name}: launcher={launcher} is not valid; choose torchrun or srun")
+        raise BadInput(f"suite {suite.name}: launcher={shown(launcher)} is not valid; choose torchrun or srun")
     values = params_mod.resolve(list(declared.values()), chosen["params"], wl.name, preset)
     if wl.check_launch is not None:
         problem = wl.check_launch(values, nodes * per_node)
         if problem:
             raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
     cid = config_id(wl.name, values, system, nodes * per_node, nodes)
-    shown = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
+    as_set = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
     time_limit = launch.get("time_limit")
+    time_limit_seconds(time_limit)  # a bad limit fails here, not in the job script
     return Point(id=cid, workload=wl.name, system=system, preset=suite.preset, params=values, nodes=nodes,
                  devices_per_node=per_node, launcher=launcher,
-                 time_limit=None if time_limit is None else str(time_limit), shown=shown)
+                 time_limit=None if time_limit is None else str(time_limit), shown=as_set)
+
+
+def time_limit_seconds(text: str | None) -> float | None:
+    """SLURM's time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds; None for no limit."""
+    if text is None or str(text).strip().upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    raw = str(text).strip()
+    if not re.fullmatch(r"([0-9]{1,6}-)?[0-9]{1,9}(:[0-9]{1,9}){0,2}", raw):
+        raise BadInput(f"time_limit={shown(raw)} is not a SLURM time limit; use MM, HH:MM:SS or D-HH:MM:SS, "
+                       "e.g. 01:00:00")
+    days, _, rest = raw.rpartition("-")
+    parts, d = [int(x) for x in rest.split(":")], int(days or 0)
+    if days:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = (parts + [0, 0])[:3]
+    else:  # M, M:S, H:M:S
+        h, m, sec = [0, *parts] if len(parts) == 2 else ([0, parts[0], 0] if len(parts) == 1 else parts)
+    seconds = ((d * 24 + h) * 60 + m) * 60 + sec
+    if seconds == 0:
+        return None  # SLURM reads 0 as no limit
+    return float(seconds)
 
 
 def _count(value: Any, name: str) -> int:
-    try:
-        n = int(str(value))
-    except ValueError:
-        raise BadInput(f"launch {name}={value} is not a whole number") from None
+    if isinstance(value, bool) or not re.fullmatch(r"-?[0-9]{1,9}", str(value).strip()):
+        raise BadInput(f"launch {name}={shown(value)} is not a whole number (plain digits, e.g. 4)")
+    n = int(str(value))
     if n < 1:
-        raise BadInput(f"launch {name}={value} must be at least 1")
+        raise BadInput(f"launch {name}={shown(value)} must be at least 1")
     return n

@@ -19,7 +19,7 @@ from pathlib import Path
 from caraml.campaign import container
 from caraml.campaign.expand import Point
 from caraml.campaign.launch import caraml_run_args, source_root
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 
 SUBMIT_COMMANDS = ("sbatch", "squeue", "scontrol")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -37,7 +37,7 @@ class JobOptions:
 def q(value) -> str:
     text = str(value)
     if "\n" in text or "\r" in text:
-        raise BadInput(f"a value for a job script contains a line break: {text!r}")
+        raise BadInput(f"a value for a job script contains a line break: {shown(repr(text))}")
     return shlex.quote(text)
 
 
@@ -77,7 +77,7 @@ def _sbatch_lines(point: Point, profile: dict, log: str) -> list[str]:
 def _extra(line: str) -> str:
     line = str(line).strip()
     if "\n" in line or not line.startswith("-"):
-        raise BadInput(f"site.sbatch_lines entry '{line}' must be one sbatch option such as --mail-type=END")
+        raise BadInput(f"site.sbatch_lines entry '{shown(line)}' must be one sbatch option such as --mail-type=END")
     return line
 
 
@@ -114,10 +114,10 @@ def render(point: Point, profile: dict, opts: JobOptions, log: str) -> str:
     env_lines = []
     for key, value in dict(site.get("env", {})).items():
         if not _ENV_NAME.match(str(key)):
-            raise BadInput(f"site.env key '{key}' is not a valid environment variable name")
+            raise BadInput(f"site.env key '{shown(key)}' is not a valid environment variable name")
         env_lines.append(f"export {key}={q(value)}")
-    shown = ", ".join(f"{k}={v}" for k, v in point.shown.items())
-    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {' '.join(shown.splitlines())}"]
+    settings = ", ".join(f"{k}={v}" for k, v in point.shown.items())
+    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {' '.join(settings.splitlines())}"]
     out += [f"#SBATCH {line}" for line in _sbatch_lines(point, profile, log)]
     out += [
         "",

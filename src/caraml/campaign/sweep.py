@@ -14,7 +14,7 @@ from pathlib import Path
 
 from caraml import systems, workloads
 from caraml.campaign import expand as expand_mod, launch, slurm, state, suite as suite_mod
-from caraml.campaign.expand import Point
+from caraml.campaign.expand import Point, time_limit_seconds  # noqa: F401 (callers import it from here)
 from caraml.errors import BadInput
 from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
@@ -30,7 +30,7 @@ class Plan:
 
 
 def plan(suite_name: str, tags: list[str], system: str | None, overrides: dict[str, str],
-         need_system: bool = False, preset: str | None = None) -> Plan:
+         need_system: bool = False, preset: str | None = None, max_points: int = expand_mod.MAX_POINTS) -> Plan:
     suite = suite_mod.load(suite_name)
     if preset is not None:  # a workload preset in place of the suite's (checked when the suite expands)
         suite.preset = preset
@@ -48,7 +48,7 @@ def plan(suite_name: str, tags: list[str], system: str | None, overrides: dict[s
             system = systems.detect()
     system = systems.get(system)["tag"]
     expand_mod.apply_overrides(suite, overrides)
-    return Plan(suite, system, tags, expand_mod.expand(suite, set(tags), system))
+    return Plan(suite, system, tags, expand_mod.expand(suite, set(tags), system, max_points))
 
 
 def ok_ids(results: str) -> set[str]:
@@ -80,29 +80,6 @@ def missing_record(point: dict, status: str, error: str, job_id: str | None = No
              "slurm": {"SLURM_JOB_ID": job_id} if job_id else None},
         started_at=started_at or now, finished_at=now, error=error,
     ).to_dict()
-
-
-def time_limit_seconds(text: str | None) -> float | None:
-    """SLURM's time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds; None for no limit."""
-    if text is None or str(text).strip().upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    raw = str(text).strip()
-    days, _, rest = raw.rpartition("-") if "-" in raw else ("", "", raw)
-    try:
-        parts = [int(x) for x in rest.split(":")]
-        d = int(days) if days else 0
-    except ValueError:
-        parts, d = [], 0
-    if not parts or len(parts) > 3 or any(x < 0 for x in parts) or d < 0:
-        raise BadInput(f"time_limit={raw} is not a SLURM time limit; use MM, HH:MM:SS or D-HH:MM:SS, e.g. 01:00:00")
-    if days:  # D-H, D-H:M, D-H:M:S
-        h, m, sec = (parts + [0, 0])[:3]
-    else:  # M, M:S, H:M:S
-        h, m, sec = [0, *parts] if len(parts) == 2 else ([0, parts[0], 0] if len(parts) == 1 else parts)
-    seconds = ((d * 24 + h) * 60 + m) * 60 + sec
-    if seconds == 0:
-        return None  # SLURM reads 0 as no limit
-    return float(seconds)
 
 
 def point_time_limit(point: Point) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 
+MAX_CHARS = 1000  # a tag expression is a few tags; recursion walks it
 _TOKEN = re.compile(r"\s*(?:([()|+!])|([A-Za-z0-9_.\-]+))")
 
 
@@ -44,15 +45,17 @@ def parse(text: str):
     """A tag expression as a tree: ('tag', name) | ('not', t) | ('and', a, b) | ('or', a, b)."""
     source = _old_format(text) if "," in text else text
     try:
+        if len(text) > MAX_CHARS:
+            raise ValueError(f"it is longer than {MAX_CHARS} characters")
         tokens = _tokens(source)
         if not tokens:
             raise ValueError("it is empty")
         tree, rest = _or(tokens)
         if rest:
-            raise ValueError(f"unexpected '{rest[0]}'")
+            raise ValueError(f"unexpected '{shown(rest[0], 20)}'")
         return tree
-    except ValueError as exc:
-        raise BadInput(f"tag expression '{text}' does not parse: {exc}; write e.g. H100, !H100, A100|H100, "
+    except (ValueError, RecursionError) as exc:  # RecursionError: `!!!...a` or `(((...` nested too deep
+        raise BadInput(f"tag expression '{shown(text)}' does not parse: {exc}; write e.g. H100, !H100, A100|H100, "
                        "800M+!container") from None
 
 
@@ -84,7 +87,7 @@ def _not(tokens):
             raise ValueError("a '(' is not closed")
         return inner, tokens[1:]
     if tokens[0] in "|+)":
-        raise ValueError(f"unexpected '{tokens[0]}'")
+        raise ValueError(f"unexpected '{shown(tokens[0], 20)}'")
     return ("tag", tokens[0]), tokens[1:]
 
 

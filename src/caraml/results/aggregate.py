@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 from caraml.measure.harness import HARNESS_PARAMS
 from caraml.results.energy import Energy, energy_of, is_number
 from caraml.results.record import validate
@@ -138,7 +138,7 @@ def parse_where(items: list[str] | None) -> list[tuple[str, str]]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"--where {item!r} is not key=value, e.g. --where system=H100")
+            raise BadInput(f"--where {shown(item)!r} is not key=value, e.g. --where system=H100")
         pairs.append((key.strip(), value.strip()))
     return pairs
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, matches
 from caraml.results.table import Table
@@ -72,7 +72,7 @@ def group_key(points: list[Point], columns: list[cols.Column], by: str) -> str:
         return column.param or column.key
     choices = ["system", "devices", "nodes"] + sorted({k for p in points for k in p.config()} - {
         "system", "devices", "nodes"})
-    raise BadInput(f"--by {by}: not a field of these runs; choose one of: " + ", ".join(choices))
+    raise BadInput(f"--by {shown(by)}: not a field of these runs; choose one of: " + ", ".join(choices))
 
 
 def compare(workload: str, points: list[Point], by: str, baseline: str | None = None) -> Comparison:
@@ -104,8 +104,8 @@ def compare(workload: str, points: list[Point], by: str, baseline: str | None = 
     else:
         found = [g for g in groups if matches(g, baseline)]
         if not found:
-            raise BadInput(f"--baseline {baseline}: no {workload} runs with {key}={baseline}; choose one of: "
-                           + ", ".join(map(str, groups)))
+            raise BadInput(f"--baseline {shown(baseline)}: no {workload} runs with {key}={shown(baseline)}; "
+                           "choose one of: " + ", ".join(map(str, groups)))
         base = found[0]
     groups = [base] + [g for g in groups if g != base]
 
@@ -131,15 +131,15 @@ def compare(workload: str, points: list[Point], by: str, baseline: str | None = 
 
 def _shown_columns(columns: list[cols.Column], key: str, cells: list[dict]) -> list[cols.Column]:
     """Configuration columns whose value is one and the same for every group of a configuration."""
-    shown = []
+    kept = []
     for c in columns:
         if not (c.config and c.default) or c.param == key or c.key == key:
             continue
         if key in SCALING_KEYS and c.key in SCALING_KEYS:
             continue
         if all(len({json.dumps(c.get(p), default=str) for p in cell.values()}) == 1 for cell in cells):
-            shown.append(c)
-    return shown
+            kept.append(c)
+    return kept
 
 
 def label(cmp: Comparison, g) -> str:

@@ -14,7 +14,8 @@ import io
 import json
 from pathlib import Path
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
+from caraml.paths import safe_name
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point
 from caraml.results.energy import energy_of, read_timeseries
@@ -28,9 +29,16 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.usetex"] = False
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _plain(text) -> str:
+    """A name from a record as plain text in a figure: `M$\\foo$` must not be parsed as mathtext (and fail).
+    Escaping `$` rather than turning mathtext off keeps the log axes' tick labels (2^3) rendered."""
+    return str(text).replace("$", r"\$")
 
 
 def _series(points: list[Point], without: tuple[str, ...]) -> dict[str, list[Point]]:
@@ -40,7 +48,7 @@ def _series(points: list[Point], without: tuple[str, ...]) -> dict[str, list[Poi
                if k != "system" and len({json.dumps(c.get(k), default=str) for c in cfgs}) > 1]
     lines: dict[str, list[Point]] = {}
     for p, c in zip(points, cfgs):
-        name = " ".join([str(c.get("system"))] + [f"{k}={c.get(k)}" for k in varying])
+        name = _plain(" ".join([str(c.get("system"))] + [f"{k}={c.get(k)}" for k in varying]))
         lines.setdefault(name, []).append(p)
     return dict(sorted(lines.items()))
 
@@ -66,7 +74,7 @@ def _vs_batch(workload: str, points: list[Point], metric: str):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("global batch size")
     ax.set_ylabel(f"{unit}/s" if metric == "throughput" else f"{unit}/Wh")
-    ax.set_title(f"{workload}: {'throughput' if metric == 'throughput' else 'energy efficiency'} vs batch size")
+    ax.set_title(f"{_plain(workload)}: {'throughput' if metric == 'throughput' else 'energy efficiency'} vs batch size")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -98,7 +106,7 @@ def _pareto(workload: str, points: list[Point]):
             linestyle="--", marker="o", markerfacecolor="none", markersize=11, label="Pareto front")
     ax.set_xlabel(f"{unit}/Wh (energy efficiency)")
     ax.set_ylabel(f"{unit}/s")
-    ax.set_title(f"{workload}: throughput vs energy efficiency")
+    ax.set_title(f"{_plain(workload)}: throughput vs energy efficiency")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -134,7 +142,7 @@ def _scaling(workload: str, points: list[Point]):
         right.plot(devices, [100 * r[2] for r in rows], marker="o", label=name)
     left.set_xscale("log", base=2)
     right.set_xscale("log", base=2)
-    left.set(xlabel="devices", ylabel=f"{unit}/s", title=f"{workload}: throughput (dotted: ideal)")
+    left.set(xlabel="devices", ylabel=f"{unit}/s", title=f"{_plain(workload)}: throughput (dotted: ideal)")
     right.set(xlabel="devices", ylabel="parallel efficiency %", title="efficiency vs the smallest count")
     right.axhline(100, color="grey", linestyle=":")
     right.set_ylim(bottom=0)
@@ -169,7 +177,8 @@ def power_figure(record: dict):
     total = (f", {energy.total_wh:.3g} Wh in {energy.window or 'the run'} ({energy.source})"
              if energy.total_wh is not None else "")
     ax.set(xlabel="time (s)", ylabel="power (W)",
-           title=f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}\n{record.get('run_id')}{total}")
+           title=_plain(f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}\n"
+                        f"{record.get('run_id')}{total}"))
     ax.title.set_fontsize(9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -185,9 +194,9 @@ def device_lines(rows: list[dict]) -> dict[str, list[dict]]:
     lines = {}
     for (host, uuid), series in groups.items():
         name = series[0]["device"]
-        label = f"{host} {name if uuid == name else f'{name} {uuid[:12]}'}".strip()
+        label = _plain(f"{host} {name if uuid == name else f'{name} {uuid[:12]}'}".strip())
         if label in lines:  # two UUIDs alike in their first characters
-            label = f"{host} {name} {uuid}".strip()
+            label = _plain(f"{host} {name} {uuid}".strip())
         lines[label] = sorted(series, key=lambda r: r["time_s"])
     return lines
 
@@ -205,14 +214,14 @@ def phase_spans(rows: list[dict]) -> list[tuple[str, float, float]]:
 def figures(kind: str, by_workload: dict[str, list[Point]], run: str | None = None) -> list[tuple[str, object]]:
     """(file stem, figure) for each workload (or run, for power) that has data for this kind."""
     if kind not in KINDS:
-        raise BadInput(f"unknown plot kind '{kind}'; choose one of: {', '.join(KINDS)}")
+        raise BadInput(f"unknown plot kind '{shown(kind)}'; choose one of: {', '.join(KINDS)}")
     out = []
     if kind == "power":
         records = [r for pts in by_workload.values() for p in pts for r in p.records]
         if run:
             records = [r for r in records if str(r.get("run_id", "")).startswith(run) or r.get("id") == run]
             if not records:
-                raise BadInput(f"--run {run}: no selected run has this run_id (or config id)")
+                raise BadInput(f"--run {shown(run)}: no selected run has this run_id (or config id)")
         for r in records:
             fig = power_figure(r)
             if fig is not None:
@@ -237,12 +246,18 @@ def figures(kind: str, by_workload: dict[str, list[Point]], run: str | None = No
 
 
 def save(fig, out_dir: Path, stem: str) -> list[Path]:
-    """PNG and SVG of a figure; the figure is closed afterwards."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """PNG and SVG of a figure in `out_dir` (the stem holds names from records: made safe); the figure is closed."""
+    stem = safe_name(stem)
     paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.svg"]
-    fig.savefig(paths[0], dpi=110)
-    fig.savefig(paths[1])
-    _pyplot().close(fig)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fig.savefig(paths[0], dpi=110)
+        fig.savefig(paths[1])
+    except OSError as exc:
+        raise BadInput(f"--out {out_dir}: cannot write the plots there ({exc.strerror or exc}); "
+                       "pass --out with a folder") from None
+    finally:
+        _pyplot().close(fig)
     return paths
 
 

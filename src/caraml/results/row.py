@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
 
 def read_record(path: str) -> dict:
     """The record in a file that holds it, possibly after other output: the last line that is a JSON record."""
+    from caraml.results.store import shape_problem
+
     file = Path(path)
     try:
         text = file.read_text(errors="replace")
@@ -30,10 +32,13 @@ def read_record(path: str) -> dict:
         raise BadInput(f"record file {path} cannot be read ({exc.strerror}); the run wrote no record there") from None
     for line in reversed(text.strip().splitlines()):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = json.loads(line, parse_constant=lambda _: None)
+        except (json.JSONDecodeError, RecursionError):
             continue
         if isinstance(record, dict) and "workload" in record and "status" in record:
+            problem = shape_problem(record)
+            if problem:
+                raise BadInput(f"record file {path} holds a record of another shape: {problem}")
             return record
     if not text.strip():
         raise BadInput(f"record file {path} is empty: the run wrote no record (see its error output or job log)")

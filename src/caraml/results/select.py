@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, group, load, matches, parse_where
 from caraml.results.table import Table
@@ -37,7 +37,7 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
     if workload:
         records = [r for r in records if r.get("workload") == workload]
         if not records:
-            raise BadInput(f"no records of workload '{workload}' in {results}; it has: "
+            raise BadInput(f"no records of workload '{shown(workload)}' in {results}; it has: "
                            + ", ".join(sorted({str(r.get('workload')) for r in load(results, warn=False)[0]})))
     # Status is a property of each run, so it filters runs before repeats are grouped.
     for key, wanted in [kv for kv in pairs if kv[0].lower() == "status"]:
@@ -49,7 +49,7 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
         by_workload.setdefault(point.workload, []).append(point)
     for key, _ in pairs:
         if not any(_knows(name, points, key) for name, points in by_workload.items()):
-            raise BadInput(f"--where: unknown key '{key}'; use a column or a parameter, e.g. one of: "
+            raise BadInput(f"--where: unknown key '{shown(key)}'; use a column or a parameter, e.g. one of: "
                            + ", ".join(sorted({k for name, points in by_workload.items()
                                                for k in cols.known_keys(points, columns_of(name, points))})))
     for name, points in list(by_workload.items()):
@@ -61,7 +61,7 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
             del by_workload[name]
     if not by_workload:
         text = " ".join(f"{k}={v}" for k, v in parse_where(where))
-        raise BadInput(f"no runs in {results} match {text or 'the selection'}"
+        raise BadInput(f"no runs in {results} match {shown(text) or 'the selection'}"
                        + (f" (workload {workload})" if workload else ""))
     return Selection(results, dict(sorted(by_workload.items())), skipped)
 
@@ -85,7 +85,7 @@ def result_tables(points: list[Point], names: list[str] | None = None) -> list[T
         by_workload.setdefault(p.workload, []).append(p)
     for name in names or []:  # a column must exist in at least one of the workloads shown
         if not any(cols.find(columns_of(w, pts), name) for w, pts in by_workload.items()):
-            raise BadInput(f"unknown column '{name}'; choose from: " + ", ".join(dict.fromkeys(
+            raise BadInput(f"unknown column '{shown(name)}'; choose from: " + ", ".join(dict.fromkeys(
                 c.key for w, pts in sorted(by_workload.items()) for c in columns_of(w, pts))))
     tables = []
     for workload, pts in sorted(by_workload.items()):

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 
 SHIPPED = Path(__file__).parent / "profiles"
 PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
@@ -31,11 +31,56 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# What a field must be, as the error says it, and its check.
+_WHOLE, _NUMBER, _TEXT = "a whole number, e.g. 4", "a number, e.g. 989.4", 'a string in quotes, e.g. "gpu"'
+_TEXTS, _NUMBERS = 'a list of strings, e.g. ["nvml"]', "a table of numbers, e.g. bf16 = 989.4"
+_NAMED_TEXTS, _TABLE = 'a table of strings, e.g. all = "a datasheet"', 'a table, e.g. env = {OMP_NUM_THREADS = "8"}'
+_KINDS = {
+    _WHOLE: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    _NUMBER: _number,
+    _TEXT: lambda v: isinstance(v, str),
+    _TEXTS: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    _NUMBERS: lambda v: isinstance(v, dict) and all(map(_number, v.values())),
+    _NAMED_TEXTS: lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+    _TABLE: lambda v: isinstance(v, dict),
+}
+# Every field a profile may set and what it must be: a site file with `cpus_per_task = "8; ..."` is one line
+# naming the file and the field when it is read, not a ValueError while job scripts are written.
+FIELDS = {
+    "tag": _TEXT, "description": _TEXT, "vendor": _TEXT, "accelerator": _TEXT, "match": _TEXTS,
+    "devices_per_node": _WHOLE, "memory_per_device_gb": _NUMBER, "power_methods": _TEXTS,
+    "peak_tflops": _NUMBERS, "peak_source": _NAMED_TEXTS, "site": _TABLE,
+    **{f"site.{k}": _TEXT for k in ("partition", "account", "constraint", "reservation", "qos", "container_image",
+                                     "container_dir", "container_python", "hostname_suffix", "time_limit",
+                                     "gpu_option")},
+    **{f"site.{k}": _WHOLE for k in ("gpus_per_node", "cpus_per_task", "signal_before_s", "rdzv_port")},
+    **{f"site.{k}": _TEXTS for k in ("sbatch_lines", "srun_args", "container_binds")},
+    "site.env": _TABLE,
+}
+
+
 def _read(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise BadInput(f"system profile {path} cannot be read: {exc}") from None
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, or not UTF-8
+        raise BadInput(f"system profile {path} cannot be read: {shown(exc)}") from None
+    for key, kind in FIELDS.items():
+        value = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not _KINDS[kind](value):
+            raise BadInput(f"system profile {path}: {key} = {shown(value, 60)} is not valid; it must be {kind}")
+    for pattern in data.get("match", []):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadInput(f"system profile {path}: match pattern '{shown(pattern, 60)}' is not a regular "
+                           f"expression ({exc}); e.g. match = [\"H100\"]") from None
+    return data
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,221 @@
+"""Bad input is one short line and exit 2, found before it costs time or memory: suites, parameters, profiles."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from caraml import params, systems
+from caraml.campaign import expr, state, suite as suite_mod, sweep
+from caraml.cli import main
+from caraml.errors import BadInput
+
+ID = lambda value: repr(value)[-40:]  # noqa: E731 (test ids: the end of a long input says what it is)
+SUITE = """
+workload: image_classification
+preset: smoke
+"""
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """`caraml ARGV` in this process: exit code, stdout, stderr."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("caraml"), err
+    assert "Traceback" not in err and len(lines[0]) < 1000, err[:2000]
+    return lines[0]
+
+
+def plan_of(tmp_path, text: str | bytes, overrides=None, **kw):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return sweep.plan(str(path), [], "CPU", overrides or {}, **kw)
+
+
+# suites: values that grow without bound ------------------------------------------------------------
+def test_derived_values_that_grow_without_bound_are_refused_at_once(tmp_path):
+    chain = "".join(f"  d{i}: d{i - 1} ** 64\n" for i in range(2, 6))
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=r"10\*\*18"):
+        plan_of(tmp_path, SUITE + "vars: {x: 10}\nderived:\n  d1: x ** 64\n" + chain)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("text", ["'a' * 10**9", "10**12 * 'ab'", "(1, 2) * 10**12", "10 ** 19", "2 ** 64",
+                                  "x ** 64", "'%01000000000d' % 1", "round(1, -10**18)", "float('1e308') * 10",
+                                  "((1,) * 100,) * 100", "-" * 50_000 + "1", " + ".join(["1"] * 50_000)], ids=ID)
+def test_expressions_refuse_huge_values_before_making_them(text):
+    started = time.monotonic()
+    with pytest.raises(BadInput) as exc:
+        expr.evaluate(text, {"x": 10})
+    assert time.monotonic() - started < 5
+    assert len(str(exc.value)) < 500
+
+
+def test_small_values_still_compute():
+    assert expr.evaluate("x ** 18", {"x": 10}) == 10**18
+    assert expr.evaluate("'ab' * 3", {}) == "ababab"
+    assert expr.evaluate("round(2.567, 2)", {}) == pytest.approx(2.57)
+
+
+def test_point_count_is_checked_before_expanding(tmp_path, capsys):
+    seven = "vars:\n" + "".join(f"  v{i}: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n" for i in range(7))
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=r"10000000 points, more than the limit of 10000; .*--max-points 10000000"):
+        plan_of(tmp_path, SUITE + seven)
+    assert time.monotonic() - started < 10
+    path = tmp_path / "twelve.yaml"
+    path.write_text(SUITE + "params: {batch_size: [1, 2, 3], measure_steps: [1, 2, 3, 4]}\n")
+    code, _, err = run_cli(capsys, "sweep", path, "--dry-run", "--system", "CPU", "--max-points", "5")
+    assert code == 2 and "12 points, more than the limit of 5" in one_line(err)
+    code, out, _ = run_cli(capsys, "sweep", path, "--dry-run", "--system", "CPU", "--max-points", "12")
+    assert code == 0 and len(out.splitlines()) == 12
+    code, _, err = run_cli(capsys, "sweep", path, "--dry-run", "--max-points", "0")
+    assert code == 2 and "--max-points" in one_line(err)
+
+
+# suites: the file itself ---------------------------------------------------------------------------
+def test_yaml_aliases_are_refused(tmp_path):
+    laughs = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i, name in enumerate("bcdefgh"):
+        prev = "abcdefgh"[i]
+        laughs += f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]\n"
+    with pytest.raises(BadInput, match=r"aliases \(\*a\) are not allowed in a suite \(line 6\)"):
+        plan_of(tmp_path, SUITE + "vars:\n" + "".join("  " + line + "\n" for line in laughs.splitlines()))
+
+
+def test_suite_file_size_is_capped(tmp_path):
+    with pytest.raises(BadInput, match="larger than 1048576 bytes"):
+        plan_of(tmp_path, SUITE + "description: " + "x" * (1 << 20) + "\n")
+
+
+@pytest.mark.parametrize("text, expect", [
+    (SUITE + "tags: 5\n", "'tags' must map tag names"),
+    (SUITE + "tags: [[1]]\n", "'tags' must map tag names"),
+    (SUITE.replace("preset: smoke", "preset: [smoke]"), "'preset' must be one name"),
+    (SUITE.replace("image_classification", "[image_classification]"), "'workload' must be one name"),
+    (SUITE.encode() + b"description: \xff\xfe\n", "cannot be read: 'utf-8' codec can't decode"),
+    (SUITE + "derived:\n  batch_size: " + "-" * 50_000 + "1\n", "longer than 1000 characters"),
+    (SUITE + "derived:\n  batch_size: " + " + ".join(["1"] * 50_000) + "\n", "longer than 1000 characters"),
+    (SUITE + "derived:\n  batch_size: " + "-" * 900 + "1\n", "nests too deeply|not a valid expression"),
+    (SUITE + "launch: {time_limit: bogus}\n", "time_limit=bogus is not a SLURM time limit"),
+    (SUITE + "launch: {launcher: " + "x" * 5000 + "}\n", "launcher=x{200}… is not valid; choose torchrun or srun"),
+    (SUITE + "launch: {time_limit: '1_0'}\n", "time_limit=1_0 is not a SLURM time limit"),
+    (SUITE + "params: {precision: [{value: bf16, tag: '" + "!" * 5000 + "x'}]}\n", "longer than 1000 characters"),
+    (SUITE + "params: {precision: [{value: bf16, tag: '" + "(" * 600 + "x" + ")" * 600 + "'}]}\n", "does not parse"),
+    (SUITE + "launch: {nodes: '1_0'}\n", "nodes=1_0 is not a whole number"),
+], ids=ID)
+def test_bad_suites_are_one_clear_error(tmp_path, text, expect):
+    with pytest.raises(BadInput, match=expect):
+        plan_of(tmp_path, text)
+
+
+def test_bad_suite_on_the_command_line_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE + "tags: [[1]]\n")
+    code, _, err = run_cli(capsys, "sweep", path, "--dry-run", "--system", "CPU")
+    assert code == 2 and "'tags' must map tag names" in one_line(err)
+
+
+@pytest.mark.parametrize("content, expect", [
+    ("[1, 2]", 'not {"jobs": {...}}'), ('{"jobs": [1]}', 'not {"jobs": {...}}'),
+    ('{"jobs": {"7": 5}}', "job 7 has no point"), ('{"jobs": {"7": {"state": "submitted", "point": {"id": 1}}}}',
+                                                   "job 7: point.id is not str"),
+    ("[" * 200_000 + "]" * 200_000, "cannot be read"),
+], ids=ID)
+def test_sweep_state_of_the_wrong_shape_is_one_error(tmp_path, content, expect):
+    (tmp_path / state.FILE).write_text(content)
+    with pytest.raises(BadInput, match=expect.replace("(", r"\(").replace("[", r"\[").replace("{", r"\{")):
+        state.load(tmp_path)
+
+
+# parameters ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind, raw, expect", [
+    (int, "1_6", "is not an integer"), (int, "１６", "is not an integer"), (float, "1_0.5", "is not a finite"),
+    (float, "０.５", "is not a finite"), (int, "99999999999999999999", "out of range"),
+    (int, 10**20, "out of range"), (float, float("inf"), "is not a finite"), (float, 10**400, "is not a finite"),
+], ids=ID)
+def test_numbers_are_plain_ascii_digits_within_int64(kind, raw, expect):
+    with pytest.raises(BadInput, match=expect):
+        params.Param("seed", kind, 0).parse(raw, "w")
+
+
+def test_plain_numbers_still_parse():
+    seed, lr = params.Param("seed", int, 0), params.Param("lr", float, 0.1)
+    assert seed.parse("16", "w") == 16 and seed.parse(2**63 - 1, "w") == 2**63 - 1 and seed.parse(" -3", "w") == -3
+    assert lr.parse("1e-3", "w") == 0.001 and lr.parse(2, "w") == 2.0 and lr.parse(0.5, "w") == 0.5
+
+
+def test_values_are_quoted_at_most_200_characters(capsys):
+    with pytest.raises(BadInput) as exc:
+        params.Param("batch_size", int, 1).parse("9x" * 50_000, "w")
+    assert len(str(exc.value)) < 300 and str(exc.value).count("9x") == 100
+    with pytest.raises(BadInput) as exc:
+        params.Param("model", str, "a", choices=("a", "b")).parse("z" * 100_000, "w")
+    assert len(str(exc.value)) < 300
+    with pytest.raises(BadInput) as exc:
+        params.parse_assignments(["x" * 100_000])
+    assert len(str(exc.value)) < 300
+    code, _, err = run_cli(capsys, "sweep", "image_classification", "--system", "CPU", "--dry-run",
+                           "batch_size=" + "9" * 100_000 + "x")
+    assert code == 2 and "…" in one_line(err)
+
+
+def test_duplicate_keys_are_refused():
+    with pytest.raises(BadInput, match="parameter 'batch_size' is given twice \\(1 and 2\\); give it once"):
+        params.parse_assignments(["batch_size=1", "batch_size=2"])
+
+
+def test_suite_overrides_are_as_strict_as_run_parameters(tmp_path):
+    for raw in ("１６", "1_6"):
+        with pytest.raises(BadInput, match="is not an integer"):
+            plan_of(tmp_path, SUITE, {"batch_size": raw})
+
+
+@pytest.mark.parametrize("argv", [("result", "--results", ""),
+                                  ("sweep", "image_classification", "--dry-run", "--results", " "),
+                                  ("plot", "throughput", "--out", "")])
+def test_empty_paths_are_refused(capsys, argv):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and "is empty; pass a path" in one_line(err)
+
+
+# system profiles ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expect", [
+    ('devices_per_node = "two"\n', "devices_per_node = two is not valid; it must be a whole number"),
+    ('[site]\ncpus_per_task = "8; rm -rf ~"\n', "site.cpus_per_task = 8; rm -rf ~ is not valid; it must be a whole"),
+    ("[peak_tflops]\nbf16 = \"fast\"\n", "peak_tflops = .* it must be a table of numbers"),
+    ("match = [\"(\"]\n", "match pattern '\\(' is not a regular expression"),
+    ("devices_per_node = true\n", "devices_per_node = True is not valid"),
+])
+def test_site_profiles_of_the_wrong_type_name_file_and_field(tmp_path, monkeypatch, capsys, text, expect):
+    (tmp_path / "H100.toml").write_text(text)
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    with pytest.raises(BadInput, match=f"system profile {tmp_path / 'H100.toml'}: {expect}"):
+        systems.profiles()
+    code, out, err = run_cli(capsys, "systems")
+    assert code == 2 and not out and "H100.toml" in one_line(err)
+
+
+def test_site_values_are_quoted_short_in_job_scripts(tmp_path, monkeypatch, capsys):
+    (tmp_path / "H100.toml").write_text(f'[site]\nenv = {{"{"K " * 5000}" = "1"}}\n')
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    suite = tmp_path / "one.yaml"
+    suite.write_text(SUITE)
+    code, _, err = run_cli(capsys, "launch", suite, "--system", "H100", "--script")
+    assert code == 2 and "is not a valid environment variable name" in one_line(err) and len(err) < 500
+
+
+def test_shipped_profiles_pass_their_own_check():
+    assert {"H100", "CPU", "GC200"} <= set(systems.profiles())
+    assert json.dumps(systems.get("JUPITER"))
