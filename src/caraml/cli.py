@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     wls.add_argument("name", nargs="?")
     wls.set_defaults(func=_workloads)
 
+    data = sub.add_parser("data", help="prepare data sets for the workloads (e.g. data fno-synthetic)")
+    data_sub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    from caraml.data.fno_cli import add_parser as add_fno_data_parser
+
+    add_fno_data_parser(data_sub)
+
     from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container
 
     add_campaign_parsers(sub, DEFAULT_RESULTS)

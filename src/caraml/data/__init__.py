@@ -1,0 +1,1 @@
+"""`caraml data`: prepare the data sets the workloads read (each workload's command in a module of its own)."""
