@@ -126,7 +126,8 @@ def check_launch(p: dict[str, Any], devices: int) -> str | None:
 
 
 def check_device(p: dict[str, Any], device) -> None:
-    settings(p)
+    """Everything that can be refused before the run starts: settings, device features, the data file."""
+    cfg = settings(p)
     if p["complex_mixed_precision"] and device.type != "cuda":
         raise BadInput("fno: complex_mixed_precision=on needs a CUDA GPU (cuFFT's half-precision FFTs); "
                        f"this run is on {device.type}: use complex_mixed_precision=off")
@@ -134,6 +135,12 @@ def check_device(p: dict[str, Any], device) -> None:
         from caraml.workloads.image_classification import check_precision
 
         check_precision(p["amp"], device)
+    if p["data"] == "file":
+        import os
+
+        from caraml.workloads.fno import files
+
+        files.check(files.resolve_path(p["data_path"], cfg["problem"], os.environ.get("CARAML_DATA")), cfg["problem"])
 
 
 def build(p: dict[str, Any], ctx):

@@ -27,6 +27,14 @@ from caraml.workloads.fno.problems import PROBLEMS, TRAIN_FRACTION, Problem, sha
 DOMAIN = 2 * math.pi  # PIC positions lie in [0, DOMAIN) unless infos/domain says otherwise
 
 
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise BadInput("FNO data files need h5py: pip install h5py (caraml's [hdf5] extra)") from None
+    return h5py
+
+
 def default_samples(problem: Problem) -> int:
     """Enough for two training batches and a validation batch after CARAML's 80/20 split, and no more."""
     return math.ceil(2 * problem.batch_size / TRAIN_FRACTION)
@@ -46,8 +54,9 @@ def resolve_path(data_path: str, problem: Problem, data_root: str | None) -> Pat
 def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None = None, seed: int = 0,
                     spatial: tuple[int, ...] | None = None) -> Path:
     """A file of the problem's real shapes filled with random values; returns its path."""
-    import h5py
     import numpy as np
+
+    h5py = _h5py()
 
     samples = samples or default_samples(problem)
     spatial = tuple(spatial or problem.spatial)
@@ -88,49 +97,67 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
     return path
 
 
+def check(path: Path, problem: Problem) -> None:
+    """Bad input (one line) unless `path` is an HDF5 file of the problem's layout; reads no data."""
+    with _open(path, problem):
+        pass
+
+
 def read(path: Path, problem: Problem, samples: int = 0) -> dict[str, Any]:
     """The file's inputs and outputs as numpy arrays (the first `samples`, 0: all) and what it says of itself.
     A file that is missing, not HDF5 or not of the problem's layout is bad input with one line."""
-    import h5py
-
-    where = f"fno: data file {path}"
-    if not path.is_file():
-        raise BadInput(f"{where} does not exist; make a synthetic one with: caraml data fno-synthetic "
-                       f"{problem.name} --out {path.parent}")
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as exc:
-        raise BadInput(f"{where} is not a readable HDF5 file ({str(exc).splitlines()[0][:120]})") from None
-    with handle as f:
-        for name, kind in (("inputs", h5py.Dataset), ("outputs", h5py.Dataset), ("infos", h5py.Group)):
-            if name not in f:
-                raise BadInput(f"{where} has no '{name}'; expected datasets inputs [N, C, ...], outputs [N, C, ...] "
-                               f"and a group infos (FNOBenchmark layout); it has: {', '.join(sorted(f)) or 'nothing'}")
-            if not isinstance(f[name], kind):
-                expected = "a dataset [N, C, ...]" if kind is h5py.Dataset else "a group"
-                raise BadInput(f"{where}: '{name}' is not {expected}")
-        inputs, outputs = f["inputs"], f["outputs"]
-        rank = 2 + problem.dims if problem.kind == "grid" else 3
-        expected = f"[N, {problem.in_channels}, {', '.join(map(str, problem.spatial))}]"
-        if inputs.ndim != rank or inputs.shape[1] != problem.in_channels:
-            raise BadInput(f"{where}: inputs has shape {list(inputs.shape)}; {problem.name} needs {expected}")
-        if outputs.ndim != rank or outputs.shape[1] != problem.out_channels or outputs.shape[0] != inputs.shape[0] \
-                or outputs.shape[2:] != inputs.shape[2:]:
-            raise BadInput(f"{where}: outputs has shape {list(outputs.shape)}; with inputs {list(inputs.shape)} "
-                           f"{problem.name} needs [{inputs.shape[0]}, {problem.out_channels}, "
-                           f"{', '.join(map(str, inputs.shape[2:]))}]")
+    with _open(path, problem) as f:
+        inputs, outputs, info = f["inputs"], f["outputs"], f["infos"]
         n = inputs.shape[0] if not samples else min(samples, inputs.shape[0])
-        if n < 2:
-            raise BadInput(f"{where} holds {inputs.shape[0]} sample(s); the train/validation split needs at least 2")
-        info = f["infos"]
         domain = float(info["domain"][()]) if "domain" in info else DOMAIN
         return {"inputs": inputs[:n], "outputs": outputs[:n], "samples_in_file": int(inputs.shape[0]),
                 "spatial": tuple(int(s) for s in inputs.shape[2:]), "domain": domain,
                 "synthetic": bool(info["synthetic"][()]) if "synthetic" in info else False}
 
 
+def _open(path: Path, problem: Problem):
+    """The open file, its layout checked against the problem."""
+    h5py = _h5py()
+    where = f"fno: data file {path}"
+    if not path.is_file():
+        raise BadInput(f"{where} does not exist; make a synthetic one with: caraml data fno-synthetic "
+                       f"{problem.name} --out {path.parent}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise BadInput(f"{where} is not a readable HDF5 file ({str(exc).splitlines()[0][:120]})") from None
+    try:
+        _check_layout(f, where, problem, h5py)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _check_layout(f, where: str, problem: Problem, h5py) -> None:
+    for name, kind in (("inputs", h5py.Dataset), ("outputs", h5py.Dataset), ("infos", h5py.Group)):
+        if name not in f:
+            raise BadInput(f"{where} has no '{name}'; expected datasets inputs [N, C, ...], outputs [N, C, ...] "
+                           f"and a group infos (FNOBenchmark layout); it has: {', '.join(sorted(f)) or 'nothing'}")
+        if not isinstance(f[name], kind):
+            expected = "a dataset [N, C, ...]" if kind is h5py.Dataset else "a group"
+            raise BadInput(f"{where}: '{name}' is not {expected}")
+    inputs, outputs = f["inputs"], f["outputs"]
+    rank = 2 + problem.dims if problem.kind == "grid" else 3
+    expected = f"[N, {problem.in_channels}, {', '.join(map(str, problem.spatial))}]"
+    if inputs.ndim != rank or inputs.shape[1] != problem.in_channels:
+        raise BadInput(f"{where}: inputs has shape {list(inputs.shape)}; {problem.name} needs {expected}")
+    if outputs.ndim != rank or outputs.shape[1] != problem.out_channels or outputs.shape[0] != inputs.shape[0] \
+            or outputs.shape[2:] != inputs.shape[2:]:
+        raise BadInput(f"{where}: outputs has shape {list(outputs.shape)}; with inputs {list(inputs.shape)} "
+                       f"{problem.name} needs [{inputs.shape[0]}, {problem.out_channels}, "
+                       f"{', '.join(map(str, inputs.shape[2:]))}]")
+    if inputs.shape[0] < 2:
+        raise BadInput(f"{where} holds {inputs.shape[0]} sample(s); the train/validation split needs at least 2")
+
+
 def describe(problem: Problem, spatial: tuple[int, ...]) -> str:
     return shape_text(spatial) if problem.kind == "grid" else f"{spatial[-1]} particles"
 
 
-__all__ = ["PROBLEMS", "default_samples", "describe", "read", "resolve_path", "write_synthetic"]
+__all__ = ["PROBLEMS", "check", "default_samples", "describe", "read", "resolve_path", "write_synthetic"]
