@@ -268,6 +268,21 @@ def test_nufft_matches_dense_dft_and_its_adjoint():
     assert ((back - adjoint).abs().max() / adjoint.abs().max()).item() < 3e-3
 
 
+@pytest.mark.parametrize("kind, modes, spatial", [("grid", (4, 3), (16, 8)), ("dse", (5,), (300,)),
+                                                  ("nufft", (4, 4), (300,))])
+def test_orthonormal_scaling_for_fp16_spectra_is_the_same_operator(kind, modes, spatial):
+    from caraml.workloads.fno.model import FNO
+
+    torch.manual_seed(0)
+    model = FNO(3, 2, 6, modes, 2, kind=kind).double()
+    x = torch.randn(2, 3, *spatial, dtype=torch.float64)
+    if kind != "grid":
+        x[:, :2] = 2 * math.pi * torch.rand(2, 2, *spatial, dtype=torch.float64)
+    plain = model(x)
+    model.transform.norm = "ortho"  # what complex_mixed_precision=on uses, here in fp64
+    assert torch.allclose(model(x), plain, rtol=1e-4, atol=1e-6)
+
+
 # FLOPs -----------------------------------------------------------------------------------------------
 def test_flop_count_convention():
     from caraml.workloads.fno import flops

@@ -92,6 +92,7 @@ class GridFFT(nn.Module):
         super().__init__()
         self.modes = tuple(modes)
         self.block = tuple(2 * m for m in modes[:-1]) + (modes[-1],)
+        self.norm = "backward"  # "ortho" for fp16 spectra: the same operator, no overflow in unscaled sums
 
     def check(self, grid: tuple[int, ...]) -> str | None:
         for i, (n, m) in enumerate(zip(grid[:-1], self.modes[:-1])):
@@ -107,7 +108,7 @@ class GridFFT(nn.Module):
 
     def forward(self, x, basis, complex_out: bool):
         d = len(self.modes)
-        spec = torch.fft.rfftn(x, dim=tuple(range(-d, 0)))
+        spec = torch.fft.rfftn(x, dim=tuple(range(-d, 0)), norm=self.norm)
         t = spec if complex_out else torch.view_as_real(spec)
         off = 0 if complex_out else 1  # the trailing (re, im) dim of the real view
         for i, m in enumerate(self.modes):
@@ -128,7 +129,7 @@ class GridFFT(nn.Module):
             out = torch.zeros(*y.shape[:2], *sizes, dtype=y.dtype, device=y.device)
             for dst, src in self._corners():
                 out[dst] = y[src]
-            return torch.fft.irfftn(out, s=grid, dim=tuple(range(-d, 0)))
+            return torch.fft.irfftn(out, s=grid, dim=tuple(range(-d, 0)), norm=self.norm)
         t = y
         for i, m in enumerate(self.modes):  # zero-pad the block back to the full spectrum (real view)
             dim = t.dim() - 1 - d + i
@@ -138,7 +139,8 @@ class GridFFT(nn.Module):
                 t = torch.cat([t.narrow(dim, 0, m), t.new_zeros(zeros_shape), t.narrow(dim, m, m)], dim)
             else:
                 t = F.pad(t, [0, 0, 0, sizes[i] - m])
-        return torch.fft.irfftn(torch.view_as_complex(t.contiguous()), s=grid, dim=tuple(range(-d, 0)))
+        return torch.fft.irfftn(torch.view_as_complex(t.contiguous()), s=grid, dim=tuple(range(-d, 0)),
+                                norm=self.norm)
 
     def _corners(self):
         """(destination, source) index pairs of the corner blocks: low and high frequencies of every non-last dim."""
@@ -157,6 +159,7 @@ class DSE(nn.Module):
         super().__init__()
         self.modes = tuple(modes)
         self.block = (modes[0],)
+        self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
 
     def check(self, particles: int) -> str | None:
         if self.modes[0] > particles // 2 + 1:
@@ -172,8 +175,10 @@ class DSE(nn.Module):
         # adjoint with the irfft weights: y_j = (1/P) sum_k c_k Re(Y_k exp(i k x_j)), c_0 = 1, c_k = 2
         c = torch.full((self.modes[0],), 2.0, device=x.device)
         c[0] = 1.0
-        inverse = forward * (torch.cat([c, c]) / pos.shape[-1])[None, :, None]
-        return forward, inverse
+        p = pos.shape[-1]
+        if self.norm == "ortho":
+            return forward / math.sqrt(p), forward * (torch.cat([c, c]) / math.sqrt(p))[None, :, None]
+        return forward, forward * (torch.cat([c, c]) / p)[None, :, None]
 
     def forward(self, x, basis, complex_out: bool):
         forward, _ = basis
@@ -192,16 +197,23 @@ class DSE(nn.Module):
 
 
 def kaiser_bessel(t, width: float, beta: float):
-    """The Kaiser-Bessel kernel I0(beta sqrt(1 - (2t/w)^2)) on |t| <= w/2, zero outside."""
+    """The Kaiser-Bessel kernel I0(beta sqrt(1 - (2t/w)^2)) / I0(beta) on |t| <= w/2 (peak 1), zero outside."""
     arg = (1 - (2 * t / width) ** 2).clamp_min(0)
-    return torch.where(t.abs() <= width / 2, torch.special.i0(beta * arg.sqrt()), torch.zeros_like(t))
+    value = torch.special.i0(beta * arg.sqrt()) / _i0(beta)
+    return torch.where(t.abs() <= width / 2, value, torch.zeros_like(t))
 
 
 def kaiser_bessel_ft(xi, width: float, beta: float):
-    """Its Fourier transform  int phi(t) exp(-2 pi i xi t) dt = w sinh(s)/s, s = sqrt(beta^2 - (pi w xi)^2)."""
+    """Its Fourier transform  int phi(t) exp(-2 pi i xi t) dt = w sinh(s) / (s I0(beta)),
+    s = sqrt(beta^2 - (pi w xi)^2)."""
     s2 = beta ** 2 - (math.pi * width * xi) ** 2
     s = s2.abs().sqrt().clamp_min(1e-12)
-    return width * torch.where(s2 >= 0, torch.sinh(s) / s, torch.sin(s) / s)
+    return width * torch.where(s2 >= 0, torch.sinh(s) / s, torch.sin(s) / s) / _i0(beta)
+
+
+def _i0(x: float) -> float:
+    """The modified Bessel function I0 of a number (its power series; x is about 9 here)."""
+    return sum((x / 2) ** (2 * k) / math.factorial(k) ** 2 for k in range(60))
 
 
 class NUFFT2d(nn.Module):
@@ -212,6 +224,7 @@ class NUFFT2d(nn.Module):
         super().__init__()
         self.modes = tuple(modes)
         self.block = (2 * modes[0], modes[1])
+        self.norm = "backward"  # as DSE
         self.n = KB_OVERSAMPLING * 2 * max(modes)  # oversampled grid per dim: sigma x the full mode range
         self.width = KB_WIDTH
         sigma = KB_OVERSAMPLING
@@ -247,8 +260,10 @@ class NUFFT2d(nn.Module):
         # spread: grid[l] = sum_j f_j phi(l - u_j)
         src = (x[..., None] * weight.view(b, 1, p, taps).to(x.dtype)).reshape(b, c, -1)
         grid = x.new_zeros(b, c, n * n).scatter_add(2, flat.view(b, 1, -1).expand(b, c, -1), src)
-        spec = torch.view_as_real(torch.fft.rfft2(grid.view(b, c, n, n)))  # [B, C, n, n/2+1, 2]
-        spec = torch.cat([spec[:, :, :m1, :m2], spec[:, :, n - m1:, :m2]], 2) * self.deconv[..., None].to(x.dtype)
+        ortho = self.norm == "ortho"  # fp16: scaled FFTs, and the operator / sqrt(P) as the DSE's
+        spec = torch.view_as_real(torch.fft.rfft2(grid.view(b, c, n, n), norm="ortho" if ortho else "backward"))
+        deconv = self.deconv * (n / math.sqrt(p)) if ortho else self.deconv
+        spec = torch.cat([spec[:, :, :m1, :m2], spec[:, :, n - m1:, :m2]], 2) * deconv[..., None].to(x.dtype)
         return torch.view_as_complex(spec.contiguous()) if complex_out else spec
 
     def inverse(self, y, basis, spatial):
@@ -256,16 +271,19 @@ class NUFFT2d(nn.Module):
         n, (m1, m2) = self.n, self.modes
         if y.is_complex():
             y = torch.view_as_real(y)
-        y = y * self.deconv[..., None].to(y.dtype)  # [B, C, 2 m1, m2, 2]
+        p = spatial[-1]
+        ortho = self.norm == "ortho"
+        deconv = self.deconv * (n / math.sqrt(p)) if ortho else self.deconv
+        y = y * deconv[..., None].to(y.dtype)  # [B, C, 2 m1, m2, 2]
         b, c = y.shape[:2]
         full = torch.cat([y[:, :, :m1], y.new_zeros(b, c, n - 2 * m1, m2, 2), y[:, :, m1:]], 2)
         full = F.pad(full, (0, 0, 0, n // 2 + 1 - m2))
-        grid = torch.fft.irfft2(torch.view_as_complex(full.contiguous()), s=(n, n), norm="forward")
+        grid = torch.fft.irfft2(torch.view_as_complex(full.contiguous()), s=(n, n),
+                                norm="ortho" if ortho else "forward")
         # interpolate: y_j = sum_l grid[l] phi(l - u_j), then 1/P as the DSE
-        p = spatial[-1]
         taps = flat.shape[-1] // p
         vals = torch.gather(grid.reshape(b, c, n * n), 2, flat.view(b, 1, -1).expand(b, c, -1))
-        return (vals.view(b, c, p, taps) * weight.view(b, 1, p, taps).to(vals.dtype)).sum(-1) / p
+        return (vals.view(b, c, p, taps) * weight.view(b, 1, p, taps).to(vals.dtype)).sum(-1) / (1 if ortho else p)
 
 
 def no_autocast(t):
@@ -282,6 +300,8 @@ class FNO(nn.Module):
         super().__init__()
         self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
         self.transform = {"grid": GridFFT, "dse": DSE, "nufft": NUFFT2d}[kind](modes)
+        if half_spectral:
+            self.transform.norm = "ortho"
         self.lift = Pointwise(in_channels, width)
         self.spectral = nn.ModuleList(SpectralWeights(width, width, self.transform.block, complex_weights)
                                       for _ in range(layers))
