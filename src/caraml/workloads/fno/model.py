@@ -22,8 +22,9 @@ done with one real batched matmul, so that torch.compile/inductor sees no comple
 (complex64 weights made inductor fail with KeyError 'complex64'); `complex_weights=True` keeps
 torch.cfloat weights and complex einsums (the classic implementation) for comparison.
 `half_spectral=True` is CARAML's complex mixed precision: the FFTs and the spectral product in fp16
-(cuFFT does half precision for power-of-two sizes only). Otherwise the spectral part runs in fp32
-even under autocast.
+(cuFFT does half precision for power-of-two sizes only), scaled orthonormally (1/sqrt(N) both ways:
+the same operator, but no unscaled sum over N points to overflow fp16). Otherwise the spectral part
+runs in fp32 even under autocast.
 """
 
 from __future__ import annotations
