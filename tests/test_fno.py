@@ -283,6 +283,48 @@ def test_orthonormal_scaling_for_fp16_spectra_is_the_same_operator(kind, modes, 
     assert torch.allclose(model(x), plain, rtol=1e-4, atol=1e-6)
 
 
+def _complex_ops_in_compiled_graphs(complex_weights: bool) -> list[set[str]]:
+    """The ops with complex values in the forward and backward graphs torch.compile makes (no code generated)."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from caraml.workloads.fno.model import FNO
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=capture, bw_compiler=capture)
+
+    torch._dynamo.reset()
+    model = FNO(4, 4, 6, (3, 3), 2, complex_weights=complex_weights)
+    torch.compile(model, backend=backend, fullgraph=True)(torch.randn(2, 4, 16, 8)).sum().backward()
+    torch._dynamo.reset()
+    found = []
+    for gm in graphs:
+        ops = set()
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if not any(isinstance(v, torch.Tensor) and v.is_complex() for v in (val if isinstance(val, (tuple, list))
+                                                                                 else [val])):
+                continue
+            ops.add("complex input" if node.op == "placeholder" else str(node.target))
+        found.append(ops)
+    return found
+
+
+def test_real_spectral_weights_leave_only_ffts_complex_in_the_compiled_graph():
+    forward, backward = _complex_ops_in_compiled_graphs(complex_weights=False)
+    assert forward <= {"aten._fft_r2c.default", "aten._fft_c2r.default", "aten.view_as_complex.default",
+                       "aten.view_as_real.default"}, forward
+    assert "complex input" not in backward and "aten.bmm.default" not in backward  # torch's rfft backward only
+    forward, _ = _complex_ops_in_compiled_graphs(complex_weights=True)
+    assert {"complex input", "aten.bmm.default"} <= forward  # the classic way: complex weights and products
+
+
 # FLOPs -----------------------------------------------------------------------------------------------
 def test_flop_count_convention():
     from caraml.workloads.fno import flops
