@@ -15,8 +15,8 @@ each of its points is built fresh after torch._dynamo.reset(). What each change 
 
 Prints samples/s per point, compiled/eager speedups, caraml/plain ratios and the goals (compiled never
 slower than eager, >= 1.3x eager on RBC2D training, caraml >= 0.98 x plain); writes fno_bench.json into
---out (or $OUT, or ./bench-out). Points run in order of importance until the time budget (default 450 s)
-is spent; those left are listed as skipped.
+--out (or $OUT, or ./bench-out). Points run in order of importance until the time budget (default 420 s)
+is spent (a point still running then is stopped); those left are listed as skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,13 +63,13 @@ POINTS = {
     "RBC3D_caraml_compiled": _c("RBC3D", "compile=inductor"),
     "RBC2D_plain_eager_complex": _p("RBC2D", complex=True),
     "RBC2D_plain_compiled_complex": _p("RBC2D", compile="default", complex=True),
-    "RBC2D_plain_compiled_pointwise": _p("RBC2D", compile="default", scope="pointwise"),
-    "RBC2D_plain_compiled_step": _p("RBC2D", compile="default", scope="step"),
     "RBC2D_plain_reduce_overhead": _p("RBC2D", compile="reduce-overhead"),
-    "RBC2D_caraml_reduce_overhead": _c("RBC2D", "compile=inductor", "compile_mode=reduce-overhead"),
+    "RBC2D_plain_compiled_pointwise": _p("RBC2D", compile="default", scope="pointwise"),
     "RBC2D_plain_eager_fp16": _p("RBC2D", amp="fp16"),
     "RBC2D_plain_compiled_fp16": _p("RBC2D", compile="default", amp="fp16"),
     "RBC2D_caraml_compiled_fp16": _c("RBC2D", "compile=inductor", "amp=fp16"),
+    "RBC2D_caraml_reduce_overhead": _c("RBC2D", "compile=inductor", "compile_mode=reduce-overhead"),
+    "RBC2D_plain_compiled_step": _p("RBC2D", compile="default", scope="step"),
     "RBC3D_plain_reduce_overhead": _p("RBC3D", compile="reduce-overhead"),
     "RBC3D_plain_eager_fp16": _p("RBC3D", amp="fp16"),
     "RBC3D_plain_compiled_fp16": _p("RBC3D", compile="default", amp="fp16"),
@@ -219,11 +220,19 @@ def summary(by: dict) -> dict:
     return out
 
 
+class OutOfTime(BaseException):  # not an Exception: compilers that wrap errors must not swallow it
+    pass
+
+
+def _out_of_time(signum, frame):
+    raise OutOfTime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     parser.add_argument("--only", help="comma list of point names")
-    parser.add_argument("--budget", type=float, default=float(os.environ.get("FNO_BENCH_BUDGET_S", "450")),
+    parser.add_argument("--budget", type=float, default=float(os.environ.get("FNO_BENCH_BUDGET_S", "420")),
                         help="seconds to spend; points not started by then are skipped (default: %(default)s)")
     parser.add_argument("--smoke", action="store_true",
                         help="check the script on the CPU: tiny shapes, 2+3 steps (no measurement)")
@@ -258,12 +267,19 @@ def main() -> None:
             continue
         print(f"fno_bench: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
         t0 = time.monotonic()
+        signal.signal(signal.SIGALRM, _out_of_time)
+        signal.alarm(max(1, int(left)))  # a plain point that compiles past the budget is stopped too
         try:
             row = caraml(spec, out / "results", timeout=left) if "caraml" in spec else plain(spec)
+        except OutOfTime:
+            row = {"status": "timeout", "error": f"stopped at the time budget after {time.monotonic() - t0:.0f} s"}
+            torch._dynamo.reset()
         except Exception as exc:  # noqa: BLE001 - a point that fails is a row that says why
             row = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc)[:1500]}",
                    "traceback": traceback.format_exc()[-3000:]}
             torch._dynamo.reset()
+        finally:
+            signal.alarm(0)
         rows.append({"name": name, **{k: v for k, v in spec.items()}, **row, "wall_s": time.monotonic() - t0})
         save()
     save()
