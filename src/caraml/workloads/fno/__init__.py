@@ -20,7 +20,7 @@ from typing import Any
 from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
-from caraml.workloads.fno.problems import NAMES, PROBLEMS, parse_shape, shape_text
+from caraml.workloads.fno.problems import NAMES, PROBLEMS, modes_misfit, parse_shape, shape_text
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -111,8 +111,12 @@ def settings(p: dict[str, Any]) -> dict[str, Any]:
                        + shape_text(pb.grid))
     if pb.kind != "grid" and p["grid"] != "auto":
         raise BadInput(f"fno: {pb.name} has particles, not a grid; set particles= instead of grid=")
-    return {"problem": pb, "modes": modes, "grid": grid if pb.kind == "grid" else (),
-            "particles": (p["particles"] or pb.particles) if pb.kind != "grid" else 0,
+    particles = (p["particles"] or pb.particles) if pb.kind != "grid" else 0
+    if p.get("data", "synthetic") == "synthetic":  # a file's grid is checked when the file is read
+        misfit = modes_misfit(pb.kind, modes, grid if pb.kind == "grid" else (particles,))
+        if misfit:
+            raise BadInput(f"fno: {pb.name} with modes={shape_text(modes)}: {misfit}")
+    return {"problem": pb, "modes": modes, "grid": grid if pb.kind == "grid" else (), "particles": particles,
             "width": p["width"] or pb.width, "layers": p["layers"] or pb.layers,
             "batch_size": p["batch_size"] or pb.batch_size, "lr": p["lr"] or pb.lr}
 

@@ -21,7 +21,7 @@ from caraml.bench import BenchInfo, RunContext
 from caraml.errors import BadInput
 from caraml.workloads.fno import COMPILE_MODES, files, flops, settings
 from caraml.workloads.fno.model import build_model, count_parameters
-from caraml.workloads.fno.problems import STEP_LR, TRAIN_FRACTION, Problem, shape_text
+from caraml.workloads.fno.problems import STEP_LR, TRAIN_FRACTION, Problem, modes_misfit, shape_text
 
 REPORT_ITERATIONS = 5  # CARAML's fno_compile.py: 5 iterations, the mean of iterations 2-4 timed
 REPORT_TIMED = slice(1, 4)
@@ -127,9 +127,9 @@ class FNOBench:
         spatial = self.data.spatial
         model = build_model(pb, cfg["width"], cfg["modes"], cfg["layers"], complex_weights=p["complex_weights"],
                             half_spectral=p["complex_mixed_precision"])
-        problem = model.transform.check(spatial if pb.kind == "grid" else spatial[-1])
-        if problem:
-            raise BadInput(f"fno: {pb.name} with modes={shape_text(cfg['modes'])}: {problem}")
+        misfit = modes_misfit(pb.kind, cfg["modes"], spatial)
+        if misfit:
+            raise BadInput(f"fno: {pb.name} with modes={shape_text(cfg['modes'])}: {misfit}")
         if p["complex_mixed_precision"] and pb.kind != "dse":
             fft_sizes = spatial if pb.kind == "grid" else (model.transform.n,) * 2
             if any(n & (n - 1) for n in fft_sizes):

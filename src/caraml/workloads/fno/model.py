@@ -95,15 +95,6 @@ class GridFFT(nn.Module):
         self.block = tuple(2 * m for m in modes[:-1]) + (modes[-1],)
         self.norm = "backward"  # "ortho" for fp16 spectra: the same operator, no overflow in unscaled sums
 
-    def check(self, grid: tuple[int, ...]) -> str | None:
-        for i, (n, m) in enumerate(zip(grid[:-1], self.modes[:-1])):
-            if 2 * m > n:
-                return f"modes {m} in grid dim {i} need at least {2 * m} points, the grid has {n}"
-        if self.modes[-1] > grid[-1] // 2 + 1:
-            return f"modes {self.modes[-1]} in the last grid dim need at least {2 * self.modes[-1] - 2} points, " \
-                   f"the grid has {grid[-1]}"
-        return None
-
     def prepare(self, x):
         return None
 
@@ -161,11 +152,6 @@ class DSE(nn.Module):
         self.modes = tuple(modes)
         self.block = (modes[0],)
         self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
-
-    def check(self, particles: int) -> str | None:
-        if self.modes[0] > particles // 2 + 1:
-            return f"{self.modes[0]} modes need at least {2 * self.modes[0] - 2} particles, there are {particles}"
-        return None
 
     def prepare(self, x):
         """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j)."""
@@ -236,9 +222,6 @@ class NUFFT2d(nn.Module):
         deconv = 1 / (kaiser_bessel_ft(k1 / n, self.width, self.beta)[:, None]
                       * kaiser_bessel_ft(k2 / n, self.width, self.beta)[None, :])
         self.register_buffer("deconv", deconv, persistent=False)  # [2 m1, m2]
-
-    def check(self, particles: int) -> str | None:
-        return None if particles >= 1 else "needs particles"
 
     def prepare(self, x):
         """Per kernel point (w^2 of them): flat grid index [B, P] and weight [B, P] of each particle."""

@@ -61,6 +61,20 @@ TRAIN_FRACTION = 0.8  # CARAML's split: the first 80 % of the samples train, the
 STEP_LR = (50, 0.5)  # StepLR(step_size=50 epochs, gamma=0.5) of the PIC configs
 
 
+def modes_misfit(kind: str, modes: tuple[int, ...], spatial: tuple[int, ...]) -> str | None:
+    """Why the kept modes do not fit the grid or the particles, or None when they do."""
+    if kind == "grid":
+        for i, (n, m) in enumerate(zip(spatial[:-1], modes[:-1])):
+            if 2 * m > n:
+                return f"modes {m} in grid dim {i} need at least {2 * m} points, the grid has {n}"
+        if modes[-1] > spatial[-1] // 2 + 1:
+            return (f"modes {modes[-1]} in the last grid dim need at least {2 * modes[-1] - 2} points, "
+                    f"the grid has {spatial[-1]}")
+    elif kind == "dse" and modes[0] > spatial[-1] // 2 + 1:
+        return f"{modes[0]} modes need at least {2 * modes[0] - 2} particles, there are {spatial[-1]}"
+    return None
+
+
 def parse_shape(text: str, what: str) -> tuple[int, ...]:
     """'12x12x6' -> (12, 12, 6); ValueError with a readable message otherwise."""
     try:
