@@ -1,5 +1,5 @@
-"""Hand-written run records that follow the record schema, for workloads not built yet (llm_training, fno)
-and for energy data a CPU cannot produce. Written exactly as the store writes them: runs/<run_id>.json.
+"""Hand-written run records that follow the record schema, for workloads not built yet (llm_training), for
+runs a CPU cannot make (fno on GPUs) and for energy data a CPU cannot produce. Written exactly as the store writes them: runs/<run_id>.json.
 """
 
 from __future__ import annotations
@@ -88,10 +88,13 @@ def llm(system, model_size, devices, tp, pp, gbs, tokens_per_s, **kw):
 
 
 def fno(system, problem, devices, batch_size, amp, compile_mode, timesteps_per_s, mode="train", train=None, **kw):
-    params = {"problem": problem, "batch_size": batch_size, "amp": amp, "compile_mode": compile_mode, "mode": mode}
-    extra = {"global_batch_size": batch_size * devices}
+    params = {"problem": problem, "batch_size": batch_size, "amp": amp, "compile": "inductor",
+              "compile_mode": compile_mode, "mode": mode, "complex_mixed_precision": False}
+    extra = {"global_batch_size": batch_size * devices, "dp": devices, "model_params_m": 0.6, "model_size_mb": 2.4,
+             "input_shape": f"[{batch_size},4,256,64]"}
     if train is not None:
         extra["train_throughput"] = {"value": train, "unit": "timesteps/s"}
+        extra["caraml_timesteps_per_s"] = train * 1.1
     return record("fno", system, params, timesteps_per_s, devices=devices, extra_metrics=extra, **kw)
 
 
@@ -130,11 +133,11 @@ def populate(results: Path, with_power=True) -> dict[str, dict]:
                           tflops=430.0, mfu=0.435, started=next(t)),
         "llm_a100_4": llm("A100", "800M", 4, 1, 1, 256, 200_000.0, energy_wh=40.0, units_per_wh=1.25e6,
                           tflops=150.0, mfu=0.48, started=next(t)),
-        "fno_h100": fno("H100", "RBC2D", 1, 20, True, "default", 3757.0, train=3700.0, energy_wh=2.0,
+        "fno_h100": fno("H100", "RBC2D", 1, 20, "fp16", "default", 3757.0, train=3700.0, energy_wh=2.0,
                         units_per_wh=50_000.0, peak_memory=3 * 2**30, started=next(t)),
-        "fno_a100": fno("A100", "RBC2D", 1, 20, True, "default", 2000.0, train=1950.0, energy_wh=1.5,
+        "fno_a100": fno("A100", "RBC2D", 1, 20, "fp16", "default", 2000.0, train=1950.0, energy_wh=1.5,
                         units_per_wh=40_000.0, peak_memory=3 * 2**30, started=next(t)),
-        "fno_h100_eval": fno("H100", "RBC2D", 1, 20, True, "max-autotune", 9000.0, mode="eval", started=next(t)),
+        "fno_h100_eval": fno("H100", "RBC2D", 1, 20, "off", "max-autotune", 9000.0, mode="eval", started=next(t)),
     }
     for rec in recs.values():
         write(results, rec)

@@ -136,15 +136,23 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
     got = points(tree, FNO_RUN)
     assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "RBC3D", "--tag", "ddp", "--tag", "eval",
                                                "--system", "H100")
-    assert len(got) == 8 and {(p["devices_per_node"], p["params"]["mode"], p["params"]["width"]) for p in got} \
+    assert len(got) == 5 and {(p["devices_per_node"], p["params"]["mode"], p["params"]["width"]) for p in got} \
         == {(4, "eval", 25)}
+    assert {(p["params"]["compile"], p["params"]["compile_mode"]) for p in got} == {
+        ("none", "default"), ("inductor", "default"), ("inductor", "reduce-overhead"), ("inductor", "max-autotune"),
+        ("inductor", "max-autotune-no-cudagraphs")}
+
+    jube(tree, "run", FNO, "--tag", "MILA", "all", "dryrun")
+    got = points(tree, FNO_RUN)
+    assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "all", "--system", "MILA")
+    assert {p["params"]["problem"]: p["params"]["batch_size"] for p in got} == {"PIC1D": 20, "PIC2D": 8,
+                                                                                 "RBC2D": 20, "RBC3D": 20}
+    assert len(got) == 8 and {p["params"]["amp"] for p in got} == {"off", "fp16"}
 
     jube(tree, "run", FNO, "--tag", "MILA", "all", "smoke", "dryrun")
     got = points(tree, FNO_RUN)
-    assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "all", "--system", "MILA", overrides=(
-        "amp=false", "compile_mode=none", "warmup_steps=1", "measure_steps=2"))
-    assert {p["params"]["problem"]: p["params"]["batch_size"] for p in got} == {"PIC1D": 20, "PIC2D": 20,
-                                                                                 "RBC2D": 20, "RBC3D": 4}
+    assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "all", "--tag", "smoke", "--system", "MILA")
+    assert len(got) == 4 and {p["params"]["width"] for p in got} == {8}
 
     jube(tree, "run", IPU, "--tag", "117M", "synthetic", "dryrun")
     [point] = points(tree, IPU_RUN)
@@ -153,14 +161,25 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
 
 
 def test_unbuilt_workloads_run_on_cpu_and_say_so(tree):
-    for config, run, tags in ((LLM, LLM_RUN, ("800M", "smoke")), (FNO, FNO_RUN, ("PIC1D", "smoke"))):
-        jube(tree, "run", config, "--tag", "CPU", *tags)
-        [wp] = workpackages(tree, run)
-        assert json.loads((wp / "point.json").read_text())["system"] == "CPU"
-        assert "is not built yet" in (wp / "stderr").read_text()
-        assert (wp.parent / "error").exists()  # JUBE marks the work package failed
-        jube(tree, "continue", run, "-i", "last")
-        jube(tree, "result", run, "-i", "last")
+    jube(tree, "run", LLM, "--tag", "CPU", "800M", "smoke")
+    [wp] = workpackages(tree, LLM_RUN)
+    assert json.loads((wp / "point.json").read_text())["system"] == "CPU"
+    assert "is not built yet" in (wp / "stderr").read_text()
+    assert (wp.parent / "error").exists()  # JUBE marks the work package failed
+    jube(tree, "continue", LLM_RUN, "-i", "last")
+    jube(tree, "result", LLM_RUN, "-i", "last")
+
+
+def test_fno_smoke_runs_on_cpu(tree):
+    jube(tree, "run", FNO, "--tag", "CPU", "PIC1D", "smoke")
+    jube(tree, "continue", FNO_RUN, "-i", "last")
+    header, rows = table(jube(tree, "result", FNO_RUN, "-i", "last").stdout)
+    assert header[:3] == ["System", "Problem", "Devices"] and "TrainTimesteps/second" in header
+    [row] = rows
+    assert (row["System"], row["Problem"], row["Mode"], row["Compiler"], row["Status"]) == (
+        "CPU", "PIC1D", "train", "none", "ok")
+    assert row["InputShape"] == "[4,2,512]" and float(row["Timesteps/s"]) > 0
+    assert float(row["TrainTimesteps/second"]) > 0
 
 
 def test_container_tag_pulls_the_systems_image(tree, tmp_path):

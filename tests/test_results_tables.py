@@ -61,7 +61,7 @@ def test_golden_tables_of_every_workload(campaign):
                                     check=0).stdout)
     text = caraml("result", "--results", campaign, "--workload", "fno", check=0).stdout  # rich's drawing: no golden
     assert text.splitlines()[0].strip() == "fno"
-    for cell in ("Timesteps/s", "TrainTimesteps/s", "PeakMemory GiB", "Energy/device Wh", "3,757.0", "max-autotune"):
+    for cell in ("Timesteps/s", "TrainTimesteps/second", "PeakMemory GiB", "Energy/device Wh", "3,757.0", "max-autotune"):
         assert cell in text
 
 
@@ -72,7 +72,8 @@ def test_derived_columns(campaign):
     assert llm[4]["time_per_iteration_s"] == pytest.approx(256 * 2048 / 400_000)
     fno = [r for r in rows if r["workload"] == "fno" and r["system"] == "A100"][0]
     assert fno["energy_per_device_wh"] == 1.5 and fno["train_throughput"] == 1950.0
-    assert fno["peak_memory_gib"] == pytest.approx(3.0) and fno["mixed_precision"] is True
+    assert fno["peak_memory_gib"] == pytest.approx(3.0) and fno["mixed_precision"] == "fp16"
+    assert fno["input_shape"] == "[20,4,256,64]" and fno["caraml_timesteps_per_s"] == pytest.approx(2145.0)
     h100 = [r for r in rows if r["workload"] == "image_classification" and r["system"] == "H100"
             and r["devices"] == 1 and r["batch_size"] == 64 and r["precision"] == "bf16"][0]
     assert h100["runs"] == 3 and h100["throughput"] == 2500.0 and h100["units_per_wh"] == 950.0

@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_launch_parser(sub, DEFAULT_RESULTS)
     add_row_parser(sub)
-    from caraml.data.cli import add_parser as add_data_parser  # data prepare, data info, ...
+    from caraml.data.cli import add_parser as add_data_parser  # data prepare, info, fno-synthetic
+
     add_data_parser(sub)
     return parser
 

@@ -153,7 +153,8 @@ def _stopped(record, m: Measurement, stop: StopRequested) -> None:
         record.status = "ok"
 
 
-_HEADLINE = ("model", "batch_size", "precision", "compile", "compile_mode", "channels_last", "data", "image_size")
+_HEADLINE = ("model", "problem", "mode", "batch_size", "precision", "amp", "compile", "compile_mode", "channels_last", "data",
+             "image_size")
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -1,1 +1,2 @@
-"""Datasets on disk: Megatron's indexed token files (.bin/.idx), the GPT-2 tokenizer, `caraml data ...`."""
+"""Datasets on disk and `caraml data ...`: Megatron's indexed token files (.bin/.idx), the GPT-2 tokenizer,
+synthetic FNO files; each subcommand in a module of its own."""

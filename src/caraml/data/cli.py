@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from importlib import import_module
 
-SUBCOMMANDS = ("caraml.data.prepare", "caraml.data.info")
+SUBCOMMANDS = ("caraml.data.prepare", "caraml.data.info", "caraml.data.fno_cli")
 
 
 def add_parser(sub) -> None:
-    data = sub.add_parser("data", help="prepare and inspect datasets (Megatron .bin/.idx token files)",
+    data = sub.add_parser("data", help="prepare and inspect datasets (Megatron .bin/.idx token files, FNO HDF5 files)",
                           description="Prepare and inspect the datasets the workloads read.")
     group = data.add_subparsers(dest="data_command", required=True, parser_class=type(data))
     for name in SUBCOMMANDS:

@@ -143,6 +143,8 @@ def _declared(col) -> Column:
         return replace(SHARED[name], default=col.default)
     if kind == "param":
         return param(col.key, col.header, name, col.style, col.default)
+    if kind == "label":  # a text metric (e.g. a shape): the representative run's value, not a median
+        return config(col.key, col.header, lambda r, key=name: _m(r).get(key), "text", col.default)
     key, _, sub = name.partition(".")
 
     def get(r, key=key, sub=sub):
@@ -151,7 +153,7 @@ def _declared(col) -> Column:
 
     if kind == "metric":
         return metric(col.key, col.header, get, col.style if col.style != "text" else "num", col.default)
-    raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME nor metric:KEY")
+    raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME, metric:KEY nor label:KEY")
 
 
 def columns_for(workload: str, unit: str | None = None) -> list[Column]:

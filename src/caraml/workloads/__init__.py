@@ -22,7 +22,8 @@ _REGISTERED: dict[str, "Workload"] = {}
 @dataclass(frozen=True)
 class Col:
     """A result column a workload declares: a parameter (`param:NAME`) or one of its metrics (`metric:KEY`,
-    `metric:KEY.value` for a {value, unit} metric). Style: text, int, num, pct, bool, gib."""
+    `metric:KEY.value` for a {value, unit} metric; `label:KEY` for a text metric such as a shape, shown as
+    the representative run has it). Style: text, int, num, pct, bool, gib."""
 
     key: str
     header: str

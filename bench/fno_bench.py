@@ -1,0 +1,303 @@
+"""FNO training benchmark on one GPU: a plain loop (this process) against `caraml run fno` (subprocesses).
+
+    PYTHONPATH=src python3 bench/fno_bench.py --out DIR [--only NAME,...] [--budget SECONDS] [--smoke]
+
+RBC2D and RBC3D at CARAML's settings (widths 16/25, modes 12x12 / 12x12x6, 2 layers, batch 20,
+256x64 / 64x64x32 grids, Adam, relative L2 loss), synthetic data on the GPU (two batches alternated).
+The plain loop uses the same model code (caraml.workloads.fno.model) with no harness around it;
+each of its points is built fresh after torch._dynamo.reset(). What each change buys:
+
+- complex (cfloat weights, complex einsums: the classic FNO code) vs real (re, im) weights, eager and compiled
+- compiled (inductor) vs eager; compile scope model (FFTs inside the graph as extern kernels), pointwise
+  (FFTs and spectral products left eager, the pointwise parts compiled) and step (forward, loss and Adam)
+- compile modes default, reduce-overhead (CUDA graphs), max-autotune(-no-cudagraphs)
+- fp32 (TF32 matmuls, CARAML's 'high') vs fp16 autocast with GradScaler (CARAML's use_amp)
+
+Prints samples/s per point, compiled/eager speedups, caraml/plain ratios and the goals (compiled never
+slower than eager, >= 1.3x eager on RBC2D training, caraml >= 0.98 x plain); writes fno_bench.json into
+--out (or $OUT, or ./bench-out). Points run in order of importance until the time budget (default 420 s)
+is spent (a point still running then is stopped); those left are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+STEPS = {"RBC2D": (20, 300), "RBC3D": (10, 100)}  # warm-up steps (compilation included), measured steps
+# --smoke: the whole script on a CPU with tiny shapes (a check of the script, not a measurement)
+SMOKE = {"RBC2D": {"width": 8, "modes": (4, 4), "grid": (32, 16), "batch": 4},
+         "RBC3D": {"width": 8, "modes": (4, 4, 2), "grid": (16, 16, 8), "batch": 4}}
+RUN = {"device": "cuda", "smoke": False}
+
+
+def _p(problem, **kw) -> dict:
+    """A point: plain loop options (compile mode None = eager)."""
+    return {"problem": problem, "compile": None, "scope": "model", "complex": False, "amp": None, **kw}
+
+
+def _c(problem, *params) -> dict:
+    """A point run by `caraml run fno` with these extra parameters."""
+    return {"problem": problem, "caraml": list(params)}
+
+
+# In order of importance: the time budget cuts from the end.
+POINTS = {
+    "RBC2D_plain_eager": _p("RBC2D"),
+    "RBC2D_caraml_eager": _c("RBC2D"),
+    "RBC2D_plain_compiled": _p("RBC2D", compile="default"),
+    "RBC2D_caraml_compiled": _c("RBC2D", "compile=inductor"),
+    "RBC3D_plain_eager": _p("RBC3D"),
+    "RBC3D_caraml_eager": _c("RBC3D"),
+    "RBC3D_plain_compiled": _p("RBC3D", compile="default"),
+    "RBC3D_caraml_compiled": _c("RBC3D", "compile=inductor"),
+    "RBC2D_plain_eager_complex": _p("RBC2D", complex=True),
+    "RBC2D_plain_compiled_complex": _p("RBC2D", compile="default", complex=True),
+    "RBC2D_plain_reduce_overhead": _p("RBC2D", compile="reduce-overhead"),
+    "RBC2D_plain_compiled_pointwise": _p("RBC2D", compile="default", scope="pointwise"),
+    "RBC2D_plain_eager_fp16": _p("RBC2D", amp="fp16"),
+    "RBC2D_plain_compiled_fp16": _p("RBC2D", compile="default", amp="fp16"),
+    "RBC2D_caraml_compiled_fp16": _c("RBC2D", "compile=inductor", "amp=fp16"),
+    "RBC2D_caraml_reduce_overhead": _c("RBC2D", "compile=inductor", "compile_mode=reduce-overhead"),
+    "RBC2D_plain_compiled_step": _p("RBC2D", compile="default", scope="step"),
+    "RBC3D_plain_reduce_overhead": _p("RBC3D", compile="reduce-overhead"),
+    "RBC3D_plain_eager_fp16": _p("RBC3D", amp="fp16"),
+    "RBC3D_plain_compiled_fp16": _p("RBC3D", compile="default", amp="fp16"),
+    "RBC3D_plain_eager_complex": _p("RBC3D", complex=True),
+    "RBC3D_plain_compiled_step": _p("RBC3D", compile="default", scope="step"),
+    "RBC2D_plain_reduce_overhead_step": _p("RBC2D", compile="reduce-overhead", scope="step"),
+    "RBC2D_caraml_compiled_step": _c("RBC2D", "compile=inductor", "compile_scope=step"),
+    "RBC2D_caraml_eager_power_off": _c("RBC2D", "power=off"),
+    "RBC2D_caraml_epochs": _c("RBC2D", "compile=inductor", "epochs=5"),
+    "RBC2D_plain_max_autotune_nocg": _p("RBC2D", compile="max-autotune-no-cudagraphs"),
+    "RBC2D_plain_max_autotune": _p("RBC2D", compile="max-autotune"),
+    "RBC2D_plain_reduce_overhead_fp16": _p("RBC2D", compile="reduce-overhead", amp="fp16"),
+    "RBC2D_plain_compiled_half_spectral_fp16": _p("RBC2D", compile="default", amp="fp16", half=True),
+}
+
+
+# the plain loop ------------------------------------------------------------------------------------------
+def plain(spec: dict) -> dict:
+    import torch
+
+    from caraml.workloads.fno.bench import loss_fn
+    from caraml.workloads.fno.model import build_model
+    from caraml.workloads.fno.problems import PROBLEMS
+
+    torch._dynamo.reset()
+    torch.set_float32_matmul_precision("high")
+    torch.manual_seed(0)
+    pb = PROBLEMS[spec["problem"]]
+    warmup, steps = STEPS[pb.name]
+    device = torch.device(RUN["device"])
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+    size = SMOKE[pb.name] if RUN["smoke"] else {"width": pb.width, "modes": pb.modes, "grid": pb.grid,
+                                                "batch": pb.batch_size}
+    model = build_model(pb, size["width"], size["modes"], pb.layers, complex_weights=spec["complex"],
+                        half_spectral=spec.get("half", False)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=pb.lr, weight_decay=1e-5)
+    loss_of = loss_fn(pb.loss)
+    batches = [(torch.randn(size["batch"], pb.in_channels, *size["grid"], device=device),
+                torch.randn(size["batch"], pb.out_channels, *size["grid"], device=device)) for _ in range(2)]
+    amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(spec["amp"])
+    scaler = torch.amp.GradScaler(device.type) if spec["amp"] == "fp16" else None
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    mode = spec["compile"]
+    options = {} if mode in (None, "default") else {"mode": mode}
+    forward = model
+    if mode and spec["scope"] == "pointwise":
+        model.exclude_spectral_from_compile()
+    if mode and spec["scope"] in ("model", "pointwise"):
+        forward = torch.compile(model, **options)
+
+    def train_step(x, y):
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            loss = loss_of(forward(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step = torch.compile(train_step, **options) if mode and spec["scope"] == "step" else train_step
+
+    def run(i):
+        if mode:
+            torch.compiler.cudagraph_mark_step_begin()
+        step(*batches[i % 2])
+
+    start = time.perf_counter()
+    run(0)
+    sync()
+    first = time.perf_counter() - start
+    for i in range(1, warmup):
+        run(i)
+    sync()
+    warm = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(steps):
+        run(i)
+    sync()
+    wall = time.perf_counter() - start
+    return {"status": "ok", "samples_per_s": size["batch"] * steps / wall, "step_ms": wall / steps * 1e3,
+            "first_step_s": first, "warmup_s": warm, "steps": steps}
+
+
+# caraml ------------------------------------------------------------------------------------------------
+def caraml(spec: dict, results: Path, timeout: float) -> dict:
+    problem = spec["problem"]
+    warmup, steps = STEPS[problem]
+    params = [f"device={RUN['device']}", "epochs=0", f"warmup_steps={warmup}", f"measure_steps={steps}"]
+    params = [p for p in params if not any(q.split("=")[0] == p.split("=")[0] for q in spec["caraml"])]
+    preset = f"smoke-{problem}" if RUN["smoke"] else problem
+    cmd = [sys.executable, "-m", "caraml", "run", "fno", "--preset", preset, *params, *spec["caraml"],
+           "--results", str(results), "--json"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout"}
+    try:
+        record = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"status": "failed", "error": proc.stderr[-2000:]}
+    m = record.get("metrics") or {}
+    energy = m.get("energy") or {}
+    return {"status": record["status"], "error": record.get("error"),
+            "samples_per_s": (m.get("throughput") or {}).get("value"),
+            "step_ms": ((m.get("step_time_s") or {}).get("median") or 0) * 1e3,
+            "first_step_s": (m.get("warmup") or {}).get("first_step_s"),
+            "compile_s": (m.get("warmup") or {}).get("compile_s"), "tflops_per_device": m.get("tflops_per_device"),
+            "caraml_timesteps_per_s": m.get("caraml_timesteps_per_s"),
+            "train_timesteps_per_s": (m.get("train_throughput") or {}).get("value"),
+            "peak_memory_gb": (m.get("peak_memory_bytes") or 0) / 1e9, "energy_wh": energy.get("total_wh"),
+            "timesteps_per_wh": energy.get("units_per_wh"), "avg_power_w": energy.get("avg_power_w"),
+            "command": "caraml " + " ".join(cmd[3:-3])}
+
+
+# summary -----------------------------------------------------------------------------------------------
+def summary(by: dict) -> dict:
+    def rate(name):
+        row = by.get(name) or {}
+        return row.get("samples_per_s") if row.get("status") == "ok" else None
+
+    out = {"speedup_vs_eager": {}, "caraml_over_plain": {}, "goals": {}}
+    for name, row in by.items():
+        spec = POINTS[name]
+        if "caraml" in spec:
+            twin = name.replace("_caraml_", "_plain_").replace("_power_off", "").replace("_epochs", "_compiled")
+            if rate(name) and rate(twin):
+                out["caraml_over_plain"][name] = rate(name) / rate(twin)
+        elif spec["compile"]:
+            eager = f"{spec['problem']}_plain_eager" + ("_complex" if spec["complex"] else "") + (
+                f"_{spec['amp']}" if spec["amp"] else "")
+            if rate(name) and rate(eager):
+                out["speedup_vs_eager"][name] = rate(name) / rate(eager)
+    real = {k: v for k, v in out["speedup_vs_eager"].items() if "complex" not in k}
+    out["goals"]["compiled_never_slower_than_eager"] = (min(real.values()) >= 1.0) if real else None
+    rbc2d = out["speedup_vs_eager"].get("RBC2D_plain_compiled")
+    out["goals"]["rbc2d_compiled_default_at_least_1.3x"] = rbc2d >= 1.3 if rbc2d else None
+    best = max((v for k, v in real.items() if k.startswith("RBC2D") and "fp16" not in k), default=None)
+    out["goals"]["rbc2d_best_compiled_fp32_speedup"] = best
+    ratios = [v for k, v in out["caraml_over_plain"].items() if "power_off" not in k]
+    out["goals"]["caraml_at_least_0.98_plain"] = min(ratios) >= 0.98 if ratios else None
+    return out
+
+
+class OutOfTime(BaseException):  # not an Exception: compilers that wrap errors must not swallow it
+    pass
+
+
+def _out_of_time(signum, frame):
+    raise OutOfTime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    parser.add_argument("--only", help="comma list of point names")
+    parser.add_argument("--budget", type=float, default=float(os.environ.get("FNO_BENCH_BUDGET_S", "420")),
+                        help="seconds to spend; points not started by then are skipped (default: %(default)s)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="check the script on the CPU: tiny shapes, 2+3 steps (no measurement)")
+    args = parser.parse_args()
+    if args.smoke:
+        RUN.update(device="cpu", smoke=True)
+        STEPS.update({k: (2, 3) for k in STEPS})
+    names = args.only.split(",") if args.only else list(POINTS)
+    unknown = [n for n in names if n not in POINTS]
+    if unknown:
+        sys.exit(f"fno_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
+    import torch
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    start = time.monotonic()
+    rows = []
+
+    def save():
+        by = {r["name"]: r for r in rows}
+        (out / "fno_bench.json").write_text(json.dumps(
+            {"date": time.strftime("%Y-%m-%d"), "env": env, "steps": STEPS, "rows": rows, "summary": summary(by)},
+            indent=1))
+
+    for name in names:
+        left = args.budget - (time.monotonic() - start)
+        spec = POINTS[name]
+        if left < 45:
+            rows.append({"name": name, "status": "skipped (time budget)"})
+            continue
+        print(f"fno_bench: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        signal.signal(signal.SIGALRM, _out_of_time)
+        signal.alarm(max(1, int(left)))  # a plain point that compiles past the budget is stopped too
+        try:
+            row = caraml(spec, out / "results", timeout=left) if "caraml" in spec else plain(spec)
+        except OutOfTime:
+            row = {"status": "timeout", "error": f"stopped at the time budget after {time.monotonic() - t0:.0f} s"}
+            torch._dynamo.reset()
+        except Exception as exc:  # noqa: BLE001 - a point that fails is a row that says why
+            row = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc)[:1500]}",
+                   "traceback": traceback.format_exc()[-3000:]}
+            torch._dynamo.reset()
+        finally:
+            signal.alarm(0)
+        rows.append({"name": name, **{k: v for k, v in spec.items()}, **row, "wall_s": time.monotonic() - t0})
+        save()
+    save()
+    summ = summary({r["name"]: r for r in rows})
+    print(f"{'point':<40} {'status':<8} {'samples/s':>10} {'step ms':>8} {'x eager':>8} {'caraml/plain':>12} "
+          f"{'1st step s':>10} {'wall s':>7}")
+    for r in rows:
+        def f(v, fmt):
+            return format(v, fmt) if isinstance(v, (int, float)) else "-"
+        print(f"{r['name']:<40} {str(r['status'])[:8]:<8} {f(r.get('samples_per_s'), '10.1f')} "
+              f"{f(r.get('step_ms'), '8.3f')} {f(summ['speedup_vs_eager'].get(r['name']), '8.3f')} "
+              f"{f(summ['caraml_over_plain'].get(r['name']), '12.3f')} {f(r.get('first_step_s'), '10.1f')} "
+              f"{f(r.get('wall_s'), '7.0f')}")
+        if r.get("error") and r["status"] != "ok":
+            print("   ", str(r["error"])[-400:].replace("\n", " "))
+    print("goals:", json.dumps(summ["goals"]))
+    print(f"fno_bench: wrote {out / 'fno_bench.json'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""A PyTorch-native Fourier Neural Operator for grids (RBC) and particles (PIC).
+
+    lift (pointwise in -> width) -> layers x [spectral conv + pointwise skip, GELU between layers]
+    -> projection (pointwise width -> 128, GELU, 128 -> out)
+
+A spectral conv is: forward transform to the kept Fourier modes, a per-mode channel mixing with
+learned weights, inverse transform. The transform depends on where the samples live:
+
+- GridFFT (RBC2D, RBC3D): torch.fft.rfftn / irfftn over the last 2 or 3 dims. Kept: `modes[i]` lowest
+  positive and negative frequencies of every dim but the last (the usual corner blocks), the first
+  `modes[-1]` rfft frequencies of the last.
+- DSE (PIC1D): direct spectral evaluation on non-uniform particles x_j in [0, 2*pi): the Vandermonde
+  matrix V[k, j] = exp(-i k x_j), k = 0..m-1, applied as one real matmul (cos and sin rows); the
+  inverse is its adjoint with the irfft weights (1 for k = 0, 2 otherwise) and 1/P. On particles at
+  the grid points 2*pi*j/P it equals rfft / irfft of the truncated spectrum.
+- NUFFT2d (PIC2D): the same operator in 2D, k in [-m1, m1) x [0, m2), computed as a type-1 / type-2
+  non-uniform FFT: Kaiser-Bessel gridding of the particles onto a 2x oversampled uniform grid, rfft2,
+  deconvolution by the kernel's Fourier transform (and the reverse: deconvolve, irfft2, interpolate).
+
+Spectral weights are real tensors with a trailing (real, imag) dim of 2 and the complex product is
+done with one real batched matmul, so that torch.compile/inductor sees no complex parameters
+(complex64 weights made inductor fail with KeyError 'complex64'); `complex_weights=True` keeps
+torch.cfloat weights and complex einsums (the classic implementation) for comparison.
+`half_spectral=True` is CARAML's complex mixed precision: the FFTs and the spectral product in fp16
+(cuFFT does half precision for power-of-two sizes only), scaled orthonormally (1/sqrt(N) both ways:
+the same operator, but no unscaled sum over N points to overflow fp16). Otherwise the spectral part
+runs in fp32 even under autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PROJECTION = 128  # hidden width of the projection, as CARAML's FNO
+KB_WIDTH = 4  # Kaiser-Bessel kernel width in grid points (NUFFT)
+KB_OVERSAMPLING = 2  # oversampling of the NUFFT grid
+
+
+class Pointwise(nn.Module):
+    """A 1x1 convolution over any number of trailing dims: y[b, o, ...] = W[o, c] x[b, c, ...] + b[o]."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        bound = 1 / math.sqrt(cin)
+        self.weight = nn.Parameter(torch.empty(cout, cin).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(cout).uniform_(-bound, bound))
+
+    def forward(self, x):
+        shape = x.shape
+        y = torch.matmul(self.weight, x.reshape(shape[0], shape[1], -1)) + self.bias[:, None]
+        return y.reshape(shape[0], -1, *shape[2:])
+
+
+class SpectralWeights(nn.Module):
+    """Per-mode channel mixing Y[b, o, k] = sum_c X[b, c, k] W[c, o, k] of complex spectra.
+
+    Real mode: X, Y and W are real with a trailing (real, imag) dim; the product is one batched real
+    matmul over the modes with the block matrix [[Wr, Wi], [-Wi, Wr]] (8 real FLOPs per complex MAC).
+    Complex mode: X, Y, W are complex and the product is a complex einsum.
+    """
+
+    def __init__(self, cin: int, cout: int, block: tuple[int, ...], complex_weights: bool = False):
+        super().__init__()
+        self.cin, self.cout, self.block = cin, cout, block
+        self.complex_weights = complex_weights
+        scale = 1 / (cin * cout)  # as Li et al.: uniform [0, 1) real and imaginary parts, scaled
+        w = scale * torch.rand(cin, cout, *block, 2)
+        self.weight = nn.Parameter(torch.view_as_complex(w) if complex_weights else w)
+
+    def forward(self, x):
+        if self.complex_weights:
+            return torch.einsum("bi...,io...->bo...", x, self.weight.to(x.dtype))
+        w = self.weight.to(x.dtype)
+        b, m = x.shape[0], math.prod(self.block)
+        wr, wi = w[..., 0].reshape(self.cin, self.cout, m), w[..., 1].reshape(self.cin, self.cout, m)
+        big = torch.cat([torch.cat([wr, wi], 1), torch.cat([-wi, wr], 1)], 0).permute(2, 0, 1)  # [M, 2Ci, 2Co]
+        xs = x.reshape(b, self.cin, m, 2).permute(2, 0, 3, 1).reshape(m, b, 2 * self.cin)  # [M, B, (re|im) Ci]
+        ys = torch.bmm(xs, big)  # [M, B, 2Co]
+        return ys.reshape(m, b, 2, self.cout).permute(1, 3, 0, 2).reshape(b, self.cout, *self.block, 2)
+
+
+# transforms ---------------------------------------------------------------------------------------
+class GridFFT(nn.Module):
+    """rfftn over the last d dims, kept modes as one block [.., 2*m1, .., m_d] (corners of the non-last dims)."""
+
+    def __init__(self, modes: tuple[int, ...]):
+        super().__init__()
+        self.modes = tuple(modes)
+        self.block = tuple(2 * m for m in modes[:-1]) + (modes[-1],)
+        self.norm = "backward"  # "ortho" for fp16 spectra: the same operator, no overflow in unscaled sums
+
+    def prepare(self, x):
+        return None
+
+    def forward(self, x, basis, complex_out: bool):
+        d = len(self.modes)
+        spec = torch.fft.rfftn(x, dim=tuple(range(-d, 0)), norm=self.norm)
+        t = spec if complex_out else torch.view_as_real(spec)
+        off = 0 if complex_out else 1  # the trailing (re, im) dim of the real view
+        for i, m in enumerate(self.modes):
+            dim = t.dim() - off - d + i
+            if i < d - 1:
+                n = t.shape[dim]
+                t = torch.cat([t.narrow(dim, 0, m), t.narrow(dim, n - m, m)], dim)
+            else:
+                t = t.narrow(dim, 0, m)
+        return t
+
+    def inverse(self, y, basis, grid: tuple[int, ...]):
+        """y: the kept block (complex, or real with a trailing (re, im) dim) -> real field on `grid`."""
+        d = len(self.modes)
+        complex_in = y.is_complex()
+        sizes = tuple(grid[:-1]) + (grid[-1] // 2 + 1,)
+        if complex_in:  # the classic way: a zero spectrum with the corner blocks assigned
+            out = torch.zeros(*y.shape[:2], *sizes, dtype=y.dtype, device=y.device)
+            for dst, src in self._corners():
+                out[dst] = y[src]
+            return torch.fft.irfftn(out, s=grid, dim=tuple(range(-d, 0)), norm=self.norm)
+        t = y
+        for i, m in enumerate(self.modes):  # zero-pad the block back to the full spectrum (real view)
+            dim = t.dim() - 1 - d + i
+            if i < d - 1:
+                zeros_shape = list(t.shape)
+                zeros_shape[dim] = sizes[i] - 2 * m
+                t = torch.cat([t.narrow(dim, 0, m), t.new_zeros(zeros_shape), t.narrow(dim, m, m)], dim)
+            else:
+                t = F.pad(t, [0, 0, 0, sizes[i] - m])
+        return torch.fft.irfftn(torch.view_as_complex(t.contiguous()), s=grid, dim=tuple(range(-d, 0)),
+                                norm=self.norm)
+
+    def _corners(self):
+        """(destination, source) index pairs of the corner blocks: low and high frequencies of every non-last dim."""
+        ends = [((slice(0, m), slice(0, m)), (slice(-m, None), slice(m, 2 * m))) for m in self.modes[:-1]]
+        last = (slice(0, self.modes[-1]),)
+        for combo in itertools.product(*ends):
+            dst = (Ellipsis, *(c[0] for c in combo), *last)
+            src = (Ellipsis, *(c[1] for c in combo), *last)
+            yield dst, src
+
+
+class DSE(nn.Module):
+    """Direct spectral evaluation on 1D particles: one Vandermonde matrix per sample, used by every layer."""
+
+    def __init__(self, modes: tuple[int, ...]):
+        super().__init__()
+        self.modes = tuple(modes)
+        self.block = (modes[0],)
+        self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
+
+    def prepare(self, x):
+        """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j)."""
+        pos = x[:, 0].float()
+        k = torch.arange(self.modes[0], device=x.device, dtype=torch.float32)
+        phase = k[None, :, None] * pos[:, None, :]
+        forward = torch.cat([torch.cos(phase), -torch.sin(phase)], 1)
+        # adjoint with the irfft weights: y_j = (1/P) sum_k c_k Re(Y_k exp(i k x_j)), c_0 = 1, c_k = 2
+        c = torch.full((self.modes[0],), 2.0, device=x.device)
+        c[0] = 1.0
+        p = pos.shape[-1]
+        if self.norm == "ortho":
+            return forward / math.sqrt(p), forward * (torch.cat([c, c]) / math.sqrt(p))[None, :, None]
+        return forward, forward * (torch.cat([c, c]) / p)[None, :, None]
+
+    def forward(self, x, basis, complex_out: bool):
+        forward, _ = basis
+        m = self.modes[0]
+        spec = torch.bmm(x, forward.to(x.dtype).transpose(1, 2))  # [B, C, 2m]
+        spec = spec.reshape(*x.shape[:2], 2, m).transpose(-1, -2)  # [B, C, m, (re, im)]
+        return torch.view_as_complex(spec.contiguous()) if complex_out else spec
+
+    def inverse(self, y, basis, spatial):
+        _, inverse = basis
+        if y.is_complex():
+            y = torch.view_as_real(y)
+        ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
+        # Re(Y e^{ikx}) = Yr cos - Yi sin: the inverse rows are (c cos, -c sin), so one matmul does it
+        return torch.bmm(ys, inverse.to(ys.dtype))
+
+
+def kaiser_bessel(t, width: float, beta: float):
+    """The Kaiser-Bessel kernel I0(beta sqrt(1 - (2t/w)^2)) / I0(beta) on |t| <= w/2 (peak 1), zero outside."""
+    arg = (1 - (2 * t / width) ** 2).clamp_min(0)
+    value = torch.special.i0(beta * arg.sqrt()) / _i0(beta)
+    return torch.where(t.abs() <= width / 2, value, torch.zeros_like(t))
+
+
+def kaiser_bessel_ft(xi, width: float, beta: float):
+    """Its Fourier transform  int phi(t) exp(-2 pi i xi t) dt = w sinh(s) / (s I0(beta)),
+    s = sqrt(beta^2 - (pi w xi)^2)."""
+    s2 = beta ** 2 - (math.pi * width * xi) ** 2
+    s = s2.abs().sqrt().clamp_min(1e-12)
+    return width * torch.where(s2 >= 0, torch.sinh(s) / s, torch.sin(s) / s) / _i0(beta)
+
+
+def _i0(x: float) -> float:
+    """The modified Bessel function I0 of a number (its power series; x is about 9 here)."""
+    return sum((x / 2) ** (2 * k) / math.factorial(k) ** 2 for k in range(60))
+
+
+class NUFFT2d(nn.Module):
+    """The 2D direct spectral evaluation sum_j f_j exp(-i k.x_j), k in [-m1, m1) x [0, m2), and its adjoint,
+    computed as a Kaiser-Bessel NUFFT (width 4, 2x oversampling; about 1e-3 relative error)."""
+
+    def __init__(self, modes: tuple[int, int]):
+        super().__init__()
+        self.modes = tuple(modes)
+        self.block = (2 * modes[0], modes[1])
+        self.norm = "backward"  # as DSE
+        self.n = KB_OVERSAMPLING * 2 * max(modes)  # oversampled grid per dim: sigma x the full mode range
+        self.width = KB_WIDTH
+        sigma = KB_OVERSAMPLING
+        self.beta = math.pi * math.sqrt((self.width / sigma) ** 2 * (sigma - 0.5) ** 2 - 0.8)  # Beatty et al.
+        n, (m1, m2) = self.n, self.modes
+        k1 = torch.cat([torch.arange(m1), torch.arange(-m1, 0)]).float()
+        k2 = torch.arange(m2).float()
+        deconv = 1 / (kaiser_bessel_ft(k1 / n, self.width, self.beta)[:, None]
+                      * kaiser_bessel_ft(k2 / n, self.width, self.beta)[None, :])
+        self.register_buffer("deconv", deconv, persistent=False)  # [2 m1, m2]
+
+    def prepare(self, x):
+        """Per kernel point (w^2 of them): flat grid index [B, P] and weight [B, P] of each particle."""
+        n, w = self.n, self.width
+        pos = x[:, :2].float() * (n / (2 * math.pi))  # grid units, [B, 2, P]
+        first = torch.floor(pos - w / 2) + 1  # the first grid point within w/2
+        offsets = torch.arange(w, device=x.device, dtype=torch.float32)
+        points = first[..., None] + offsets  # [B, 2, P, w]
+        weights = kaiser_bessel(points - pos[..., None], w, self.beta)
+        index = torch.remainder(points, n).long()
+        flat = (index[:, 0, :, :, None] * n + index[:, 1, :, None, :]).flatten(1)  # [B, P*w*w]
+        weight = (weights[:, 0, :, :, None] * weights[:, 1, :, None, :]).flatten(1)
+        return flat, weight
+
+    def forward(self, x, basis, complex_out: bool):
+        flat, weight = basis
+        b, c, p = x.shape
+        n, (m1, m2) = self.n, self.modes
+        taps = flat.shape[-1] // p
+        # spread: grid[l] = sum_j f_j phi(l - u_j)
+        src = (x[..., None] * weight.view(b, 1, p, taps).to(x.dtype)).reshape(b, c, -1)
+        grid = x.new_zeros(b, c, n * n).scatter_add(2, flat.view(b, 1, -1).expand(b, c, -1), src)
+        ortho = self.norm == "ortho"  # fp16: scaled FFTs, and the operator / sqrt(P) as the DSE's
+        spec = torch.view_as_real(torch.fft.rfft2(grid.view(b, c, n, n), norm="ortho" if ortho else "backward"))
+        deconv = self.deconv * (n / math.sqrt(p)) if ortho else self.deconv
+        spec = torch.cat([spec[:, :, :m1, :m2], spec[:, :, n - m1:, :m2]], 2) * deconv[..., None].to(x.dtype)
+        return torch.view_as_complex(spec.contiguous()) if complex_out else spec
+
+    def inverse(self, y, basis, spatial):
+        flat, weight = basis
+        n, (m1, m2) = self.n, self.modes
+        if y.is_complex():
+            y = torch.view_as_real(y)
+        p = spatial[-1]
+        ortho = self.norm == "ortho"
+        deconv = self.deconv * (n / math.sqrt(p)) if ortho else self.deconv
+        y = y * deconv[..., None].to(y.dtype)  # [B, C, 2 m1, m2, 2]
+        b, c = y.shape[:2]
+        full = torch.cat([y[:, :, :m1], y.new_zeros(b, c, n - 2 * m1, m2, 2), y[:, :, m1:]], 2)
+        full = F.pad(full, (0, 0, 0, n // 2 + 1 - m2))
+        grid = torch.fft.irfft2(torch.view_as_complex(full.contiguous()), s=(n, n),
+                                norm="ortho" if ortho else "forward")
+        # interpolate: y_j = sum_l grid[l] phi(l - u_j), then 1/P as the DSE
+        taps = flat.shape[-1] // p
+        vals = torch.gather(grid.reshape(b, c, n * n), 2, flat.view(b, 1, -1).expand(b, c, -1))
+        return (vals.view(b, c, p, taps) * weight.view(b, 1, p, taps).to(vals.dtype)).sum(-1) / (1 if ortho else p)
+
+
+def no_autocast(t):
+    """Autocast off for the device of `t` (the meta device used to count FLOPs has no autocast)."""
+    if t.device.type in ("cuda", "cpu", "xpu", "mps", "hpu"):
+        return torch.autocast(t.device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+# the operator -------------------------------------------------------------------------------------
+class FNO(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, width: int, modes: tuple[int, ...], layers: int,
+                 kind: str = "grid", complex_weights: bool = False, half_spectral: bool = False):
+        super().__init__()
+        self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
+        self.transform = {"grid": GridFFT, "dse": DSE, "nufft": NUFFT2d}[kind](modes)
+        if half_spectral:
+            self.transform.norm = "ortho"
+        self.lift = Pointwise(in_channels, width)
+        self.spectral = nn.ModuleList(SpectralWeights(width, width, self.transform.block, complex_weights)
+                                      for _ in range(layers))
+        self.skips = nn.ModuleList(Pointwise(width, width) for _ in range(layers))
+        self.project = Pointwise(width, PROJECTION)
+        self.out = Pointwise(PROJECTION, out_channels)
+        self._spectral_conv = self.spectral_conv  # replaced by an uncompiled version for compile_scope=pointwise
+
+    def exclude_spectral_from_compile(self) -> None:
+        """Let torch.compile treat only the pointwise parts; FFTs and spectral products run eagerly."""
+        self._spectral_conv = torch.compiler.disable(self.spectral_conv, recursive=True)
+
+    def spectral_conv(self, h, i: int, basis):
+        """transform -> per-mode mixing -> inverse, in fp32 (or fp16 with half_spectral) whatever autocast says."""
+        dtype = torch.float16 if self.half_spectral else torch.float32
+        with no_autocast(h):
+            h = h.to(dtype)
+            spec = self.transform(h, basis, self.complex_weights)
+            return self.transform.inverse(self.spectral[i](spec), basis, tuple(h.shape[2:]))
+
+    def forward(self, x):
+        with no_autocast(x):
+            basis = self.transform.prepare(x)
+        h = self.lift(x)
+        for i, skip in enumerate(self.skips):
+            h = self._spectral_conv(h, i, basis) + skip(h)
+            if i < len(self.skips) - 1:
+                h = F.gelu(h)
+        return self.out(F.gelu(self.project(h)))
+
+
+def build_model(problem, width: int, modes: tuple[int, ...], layers: int, complex_weights: bool = False,
+                half_spectral: bool = False) -> FNO:
+    return FNO(problem.in_channels, problem.out_channels, width, modes, layers, kind=problem.kind,
+               complex_weights=complex_weights, half_spectral=half_spectral)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Real numbers learned: a complex weight counts twice, so both weight kinds give the same count."""
+    return sum(p.numel() * (2 if p.is_complex() else 1) for p in model.parameters())

@@ -1,0 +1,394 @@
+"""fno: smoke runs of every problem through the CLI, the spectral transforms against direct DFTs, the FLOP
+convention, HDF5 data files, DDP on two CPU processes, and the suite against CARAML's table.
+
+The CLI runs are mostly interpreter and torch start-up, so the module starts them all at once (four at a
+time) in one fixture and the tests read their results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT, caraml, cli_env
+
+PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")
+# CARAML's FNO table (CARAML-FACTS.md): in/out channels, width, modes, layers, batch size
+CARAML_TABLE = {
+    "PIC1D": ((2, 1), 32, "16", 4, 20),
+    "PIC2D": ((3, 2), 32, "16x16", 4, 8),
+    "RBC2D": ((4, 4), 16, "12x12", 2, 20),
+    "RBC3D": ((5, 5), 25, "12x12x6", 2, 20),
+}
+CARAML_INPUT_SHAPES = {"PIC1D": [20, 2, 100000], "PIC2D": [8, 3, 100000], "RBC2D": [20, 4, 256, 64],
+                       "RBC3D": [20, 5, 64, 64, 32]}
+PARALLEL = 4
+
+
+def _cli(*args) -> list[str]:
+    return [sys.executable, "-m", "caraml", *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    base = tmp_path_factory.mktemp("fno")
+    results, data = base / "results", base / "data"
+    caraml("data", "fno-synthetic", "RBC2D", "--samples", "10", "--out", data, check=0)
+    bad = base / "bad.h5"
+    import h5py
+
+    with h5py.File(bad, "w") as f:  # outputs missing, inputs a group
+        f.create_group("inputs")
+        f.create_group("infos")
+    commands = {f"{problem}-{mode}": _cli("run", "fno", "--preset", f"smoke-{problem}", f"mode={mode}", "--results",
+                                         results, "--json")
+                for problem in PROBLEMS for mode in ("train", "eval")}
+    commands["file"] = _cli("run", "fno", "--preset", "smoke-RBC2D", "data=file", f"data_path={data}", "--results",
+                            results, "--json")
+    commands["malformed"] = _cli("run", "fno", "--preset", "smoke-RBC2D", "data=file", f"data_path={bad}",
+                                 "--results", results, "--json")
+    commands["ddp"] = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                       "29611", "-m", "caraml", "run", "fno", "--preset", "smoke-PIC1D", "--results",
+                       str(base / "ddp"), "--json"]
+    for tags, name in ((["all"], "sweep-train"), (["all", "eval"], "sweep-eval"), (["RBC3D", "ddp"], "sweep-ddp")):
+        commands[name] = _cli("sweep", "fno", *[a for t in tags for a in ("--tag", t)], "--system", "H100",
+                              "--dry-run", "--json")
+    env = cli_env(OMP_NUM_THREADS=1)
+    out, running, waiting = {}, {}, list(commands.items())
+    deadline = time.monotonic() + 600
+    while waiting or running:
+        while waiting and len(running) < PARALLEL:
+            name, cmd = waiting.pop(0)
+            running[name] = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True, env=env, cwd=ROOT)
+        for name, proc in list(running.items()):
+            if proc.poll() is not None:
+                stdout, stderr = proc.communicate()
+                out[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+                del running[name]
+        if time.monotonic() > deadline:
+            for proc in running.values():
+                proc.kill()
+            raise TimeoutError(f"fno CLI runs still going after 600 s: {', '.join(running)}")
+        time.sleep(0.1)
+    return out
+
+
+def _record(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, f"stdout must hold exactly one JSON record, got:\n{proc.stdout}"
+    return json.loads(lines[0])
+
+
+# runs through the CLI -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("problem", PROBLEMS)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_smoke_run_of_every_problem(runs, problem, mode):
+    record = _record(runs[f"{problem}-{mode}"])
+    m = record["metrics"]
+    assert record["status"] == "ok", record["error"]
+    assert record["params"]["problem"] == problem and record["params"]["mode"] == mode
+    assert m["throughput"]["unit"] == "timesteps/s" and m["throughput"]["value"] > 0
+    assert m["throughput"]["value"] == pytest.approx(4 * m["measured_steps"] / m["measured_time_s"], rel=1e-6)
+    assert m["flops_per_unit"] > 0 and m["tflops_per_device"] > 0
+    assert m["flops"]["fft_per_sample"] > 0 if problem != "PIC1D" else m["flops"]["fft_per_sample"] == 0
+    assert m["model_params"] > 0 and m["model_size_mb"] == pytest.approx(m["model_params"] * 4 / 1e6)
+    (cin, cout), *_ = CARAML_TABLE[problem]
+    assert m["settings"]["in_channels"] == cin and m["settings"]["out_channels"] == cout
+    assert m["input_shape"].startswith(f"[4,{cin},")
+    if mode == "train":
+        epochs = m["epochs"]
+        assert epochs["epochs"] == 2 and epochs["counted_epochs"] == 1 and epochs["first_epoch_left_out"]
+        assert m["train_throughput"]["value"] > 0 and m["caraml_timesteps_per_s"] > 0
+        assert m["caraml_timesteps_per_s"] == pytest.approx(
+            (epochs["train_samples_per_epoch"] + epochs["val_samples_per_epoch"])
+            / (epochs["train_time_s"][1] + epochs["val_time_s"][1]))
+        assert math.isfinite(epochs["last_train_loss"]) and math.isfinite(epochs["last_val_loss"])
+        assert "flops_convention" in m and "forward+backward" in m["flops_convention"]
+    else:
+        assert "epochs" not in m and "train_throughput" not in m
+        assert "forward pass (inference)" in m["flops_convention"]
+
+
+def test_ddp_two_gloo_processes(runs):
+    record = _record(runs["ddp"])
+    m = record["metrics"]
+    assert record["status"] == "ok" and record["launch"]["world_size"] == 2 and record["launch"]["backend"] == "gloo"
+    assert m["dp"] == 2 and m["global_batch_size"] == 8
+    assert m["units"] == 2 * 4 * m["measured_steps"]  # both replicas' timesteps
+    assert m["epochs"]["train_samples_per_epoch"] == 2 * 16  # each rank its own 4 training batches of 4
+
+
+def test_hdf5_round_trip_through_fno_synthetic(runs):
+    record = _record(runs["file"])
+    m = record["metrics"]
+    assert record["status"] == "ok", record["error"]
+    assert m["data"]["source"] == "file" and m["data"]["samples_in_file"] == 10 and m["data"]["synthetic_file"]
+    assert (m["data"]["train_samples"], m["data"]["val_samples"]) == (8, 2)  # CARAML's 80/20 split
+    assert m["grid"] == "256x64" and m["input_shape"] == "[4,4,256,64]"  # the file's grid, not the preset's
+
+
+def test_bad_data_file_is_one_line_exit_2(runs):
+    proc = runs["malformed"]  # missing, not HDF5 and other shapes: test_data_files_layout_and_bad_files
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("caraml")]
+    assert len(lines) == 1 and "'inputs' is not a dataset" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_suite_matches_caraml_table(runs):
+    train = json.loads(runs["sweep-train"].stdout)
+    assert len(train) == 8
+    for p in train:
+        q = p["params"]
+        (_, width, modes, layers, batch) = CARAML_TABLE[q["problem"]]
+        assert (q["width"], q["modes"], q["layers"], q["batch_size"]) == (width, modes, layers, batch)
+        assert (q["mode"], q["epochs"], q["compile"], q["compile_mode"]) == ("train", 5, "inductor", "default")
+        assert p["devices_per_node"] == 1 and q["data"] == "synthetic"
+    assert sorted((p["params"]["problem"], p["params"]["amp"]) for p in train) == sorted(
+        (problem, amp) for problem in PROBLEMS for amp in ("off", "fp16"))
+    evals = json.loads(runs["sweep-eval"].stdout)
+    assert len(evals) == 20 and {p["params"]["amp"] for p in evals} == {"off"}
+    for problem in PROBLEMS:
+        modes = {(p["params"]["compile"], p["params"]["compile_mode"]) for p in evals
+                 if p["params"]["problem"] == problem}
+        assert modes == {("none", "default")} | {("inductor", m) for m in
+                                                 ("default", "reduce-overhead", "max-autotune",
+                                                  "max-autotune-no-cudagraphs")}
+    ddp = json.loads(runs["sweep-ddp"].stdout)
+    assert {p["devices_per_node"] for p in ddp} == {4} and {p["params"]["grid"] for p in ddp} == {"64x64x32"}
+
+
+def test_presets_and_settings_follow_caraml_table():
+    from caraml.workloads.fno import PRESETS, settings
+    from caraml.workloads.fno.problems import PROBLEMS as TABLE
+
+    for problem, ((cin, cout), width, modes, layers, batch) in CARAML_TABLE.items():
+        auto = settings({"problem": problem, "modes": "auto", "grid": "auto", "particles": 0, "width": 0,
+                         "layers": 0, "batch_size": 0, "lr": 0.0})
+        preset = PRESETS[problem]
+        assert (auto["width"], "x".join(map(str, auto["modes"])), auto["layers"], auto["batch_size"]) == (
+            width, modes, layers, batch)
+        assert (preset["width"], preset["modes"], preset["layers"], preset["batch_size"]) == (width, modes, layers,
+                                                                                              batch)
+        pb = TABLE[problem]
+        assert (pb.in_channels, pb.out_channels) == (cin, cout)
+        assert list(pb.input_shape) == CARAML_INPUT_SHAPES[problem]
+
+
+# the transforms against direct sums ---------------------------------------------------------------------
+def _spectral_pair(cin, cout, modes):
+    from caraml.workloads.fno.model import GridFFT, SpectralWeights
+
+    t = GridFFT(modes)
+    complex_w = SpectralWeights(cin, cout, t.block, complex_weights=True)
+    real_w = SpectralWeights(cin, cout, t.block)
+    real_w.weight.data = torch.view_as_real(complex_w.weight.data).clone()  # the same numbers, stored as pairs
+    return t, complex_w.double(), real_w.double()
+
+
+@pytest.mark.parametrize("grid, modes", [((16, 10), (3, 4)), ((8, 8, 6), (2, 3, 2))])
+def test_spectral_conv_matches_direct_dft(grid, modes):
+    torch.manual_seed(0)
+    b, cin, cout = 2, 3, 4
+    t, complex_w, real_w = _spectral_pair(cin, cout, modes)
+    x = torch.randn(b, cin, *grid, dtype=torch.float64)
+    y_real = t.inverse(real_w(t(x, None, False)), None, grid)
+    y_complex = t.inverse(complex_w(t(x, None, True)), None, grid)
+    assert torch.allclose(y_real, y_complex, atol=1e-12)
+    # direct DFT: sum over the kept modes k of c_k Re(W^T X_k e^{i k.n}) / N, X_k = sum_n x_n e^{-i k.n}
+    w = complex_w.weight.data.to(torch.complex128)
+    axes = [torch.arange(n, dtype=torch.float64) for n in grid]
+    kept = [list(range(m)) + list(range(-m, 0)) for m in modes[:-1]] + [list(range(modes[-1]))]
+    reference = torch.zeros(b, cout, *grid, dtype=torch.float64)
+    import itertools
+
+    for index in itertools.product(*(range(len(k)) for k in kept)):
+        ks = [k[i] for k, i in zip(kept, index)]
+        phase = sum(k * a.reshape([-1 if d == j else 1 for j in range(len(grid))]) / n
+                    for d, (k, a, n) in enumerate(zip(ks, axes, grid)))
+        basis = torch.exp(-2j * math.pi * phase)
+        coeff = (x.to(torch.complex128) * basis).sum(tuple(range(2, 2 + len(grid))))
+        mixed = torch.einsum("bi,io->bo", coeff, w[(slice(None), slice(None), *index)])
+        weight = 1 if ks[-1] == 0 else 2  # the rfft half spectrum stands for its mirror image too
+        reference += weight * (mixed[..., *([None] * len(grid))] * basis.conj()).real / math.prod(grid)
+    assert torch.allclose(y_real, reference, atol=1e-12)
+
+
+def test_dse_matches_dense_dft_and_rfft_on_a_uniform_grid():
+    from caraml.workloads.fno.model import DSE
+
+    torch.manual_seed(0)
+    b, c, p, m = 2, 3, 64, 5
+    dse = DSE((m,))
+    f = torch.randn(b, c, p)
+    # non-uniform particles: the forward transform is sum_j f_j exp(-i k x_j)
+    pos = 2 * math.pi * torch.rand(b, 1, p)
+    spec = dse(f, dse.prepare(torch.cat([pos, f], 1)), True)
+    k = torch.arange(m, dtype=torch.float64)
+    dense = torch.einsum("bcp,bkp->bck", f.double().to(torch.complex128),
+                         torch.exp(-1j * k[None, :, None] * pos.double()))
+    assert torch.allclose(spec.to(torch.complex128), dense, rtol=1e-4, atol=1e-4)
+    # at the grid points 2 pi j / P: rfft, and the inverse is irfft of the truncated spectrum
+    grid = (2 * math.pi * torch.arange(p) / p).expand(b, 1, p)
+    basis = dse.prepare(torch.cat([grid, f], 1))
+    spec = dse(f, basis, True)
+    assert torch.allclose(spec, torch.fft.rfft(f)[..., :m], atol=1e-4)
+    back = dse.inverse(spec, basis, (p,))
+    assert torch.allclose(back, torch.fft.irfft(torch.fft.rfft(f)[..., :m], n=p), atol=1e-5)
+
+
+def test_nufft_matches_dense_dft_and_its_adjoint():
+    from caraml.workloads.fno.model import NUFFT2d
+
+    torch.manual_seed(0)
+    b, c, p, (m1, m2) = 2, 3, 400, (4, 5)
+    nufft = NUFFT2d((m1, m2))
+    pos = 2 * math.pi * torch.rand(b, 2, p)
+    f = torch.randn(b, c, p)
+    basis = nufft.prepare(torch.cat([pos, f], 1))
+    k1 = torch.tensor(list(range(m1)) + list(range(-m1, 0)), dtype=torch.float64)
+    k2 = torch.arange(m2, dtype=torch.float64)
+    phase = k1[:, None, None] * pos[:, None, None, 0].double() + k2[None, :, None] * pos[:, None, None, 1].double()
+    e = torch.exp(-1j * phase)  # [B, 2 m1, m2, P]
+    dense = torch.einsum("bcp,bklp->bckl", f.double().to(torch.complex128), e)
+    spec = nufft(f, basis, True).to(torch.complex128)
+    assert ((spec - dense).abs().max() / dense.abs().max()).item() < 3e-3
+    y = torch.randn(b, c, 2 * m1, m2, dtype=torch.complex64)
+    weight = torch.ones(m2, dtype=torch.float64)
+    weight[1:] = 2
+    adjoint = torch.einsum("bckl,bklp->bcp", y.to(torch.complex128) * weight, e.conj()).real / p
+    back = nufft.inverse(y, basis, (p,)).double()
+    assert ((back - adjoint).abs().max() / adjoint.abs().max()).item() < 3e-3
+
+
+@pytest.mark.parametrize("kind, modes, spatial", [("grid", (4, 3), (16, 8)), ("dse", (5,), (300,)),
+                                                  ("nufft", (4, 4), (300,))])
+def test_orthonormal_scaling_for_fp16_spectra_is_the_same_operator(kind, modes, spatial):
+    from caraml.workloads.fno.model import FNO
+
+    torch.manual_seed(0)
+    model = FNO(3, 2, 6, modes, 2, kind=kind).double()
+    x = torch.randn(2, 3, *spatial, dtype=torch.float64)
+    if kind != "grid":
+        x[:, :2] = 2 * math.pi * torch.rand(2, 2, *spatial, dtype=torch.float64)
+    plain = model(x)
+    model.transform.norm = "ortho"  # what complex_mixed_precision=on uses, here in fp64
+    assert torch.allclose(model(x), plain, rtol=1e-4, atol=1e-6)
+
+
+def _complex_ops_in_compiled_graphs(complex_weights: bool) -> list[set[str]]:
+    """The ops with complex values in the forward and backward graphs torch.compile makes (no code generated)."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from caraml.workloads.fno.model import FNO
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=capture, bw_compiler=capture)
+
+    torch._dynamo.reset()
+    model = FNO(4, 4, 6, (3, 3), 2, complex_weights=complex_weights)
+    torch.compile(model, backend=backend, fullgraph=True)(torch.randn(2, 4, 16, 8)).sum().backward()
+    torch._dynamo.reset()
+    found = []
+    for gm in graphs:
+        ops = set()
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if not any(isinstance(v, torch.Tensor) and v.is_complex() for v in (val if isinstance(val, (tuple, list))
+                                                                                 else [val])):
+                continue
+            ops.add("complex input" if node.op == "placeholder" else str(node.target))
+        found.append(ops)
+    return found
+
+
+def test_real_spectral_weights_leave_only_ffts_complex_in_the_compiled_graph():
+    forward, backward = _complex_ops_in_compiled_graphs(complex_weights=False)
+    assert forward <= {"aten._fft_r2c.default", "aten._fft_c2r.default", "aten.view_as_complex.default",
+                       "aten.view_as_real.default"}, forward
+    assert "complex input" not in backward and "aten.bmm.default" not in backward  # torch's rfft backward only
+    forward, _ = _complex_ops_in_compiled_graphs(complex_weights=True)
+    assert {"complex input", "aten.bmm.default"} <= forward  # the classic way: complex weights and products
+
+
+# FLOPs -----------------------------------------------------------------------------------------------
+def test_flop_count_convention():
+    from caraml.workloads.fno import flops
+    from caraml.workloads.fno.model import FNO, PROJECTION
+
+    b, cin, cout, width, modes, grid = 2, 4, 4, 8, (4, 4), (16, 8)
+    with torch.device("meta"):
+        model = FNO(cin, cout, width, modes, 1)
+        x = torch.empty(b, cin, *grid)
+    counted = flops.count(model, x, train=False)
+    points = math.prod(grid)
+    pointwise = 2 * b * points * (cin * width + width * width + width * PROJECTION + PROJECTION * cout)
+    kept = 2 * modes[0] * modes[1]
+    spectral = 8 * b * width * width * kept  # a complex multiply-add is 4 real ones
+    fft = 2 * 2.5 * points * math.log2(points) * b * width  # rfft2 and irfft2 of each channel
+    assert counted["fft"] == pytest.approx(fft)
+    assert counted["total"] == pytest.approx(pointwise + spectral + fft)
+    # training adds the backward FFTs as torch runs them: an rfft2 for irfft2, a complex FFT for rfft2
+    trained = flops.count(model, x, train=True)
+    per_vector = points * math.log2(points) * b * width
+    assert trained["fft"] == pytest.approx((2.5 + 2.5 + 2.5 + 5) * per_vector)
+    assert "5 N log2 N" in flops.FLOPS_CONVENTION and "2.5 N log2 N" in flops.FLOPS_CONVENTION
+
+
+# data files ------------------------------------------------------------------------------------------
+def test_data_files_layout_and_bad_files(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    from caraml.errors import BadInput
+    from caraml.workloads.fno import files
+    from caraml.workloads.fno.problems import PROBLEMS as TABLE
+
+    pic = TABLE["PIC2D"]
+    path = files.write_synthetic(pic, tmp_path, samples=3, spatial=(50,))
+    assert path.name == "PIC2D_electrostatic.h5"
+    with h5py.File(path) as f:
+        assert f["inputs"].shape == (3, 3, 50) and f["outputs"].shape == (3, 2, 50)
+        positions = f["inputs"][:, :2]
+        assert positions.min() >= 0 and positions.max() < 2 * math.pi and f["infos/particles"][()] == 50
+    got = files.read(path, pic, samples=2)
+    assert got["inputs"].shape == (2, 3, 50) and got["samples_in_file"] == 3 and got["synthetic"]
+
+    def bad(make, says, problem=pic):
+        target = tmp_path / "bad.h5"
+        target.unlink(missing_ok=True)
+        make(target)
+        with pytest.raises(BadInput, match=says):
+            files.check(target, problem)
+
+    def without(name):
+        def make(target):
+            with h5py.File(target, "w") as f:
+                for key in ("inputs", "outputs"):
+                    if key != name:
+                        f[key] = torch.zeros(3, 3 if key == "inputs" else 2, 50).numpy()
+                if name != "infos":
+                    f.create_group("infos")
+        return make
+
+    bad(without("outputs"), "has no 'outputs'")
+    bad(without("infos"), "has no 'infos'")
+    bad(lambda t: t.write_text("not hdf5"), "is not a readable HDF5 file")
+    bad(lambda t: None, "does not exist")
+    bad(lambda t: files.write_synthetic(pic, tmp_path, 3, spatial=(50,)).rename(t), "PIC1D needs \\[N, 2, 100000\\]",
+        problem=TABLE["PIC1D"])
+    with pytest.raises(BadInput, match="data=file needs data_path"):
+        files.resolve_path("", pic, None)
+    assert files.resolve_path(str(tmp_path), pic, None) == tmp_path / pic.file
