@@ -75,7 +75,7 @@ def test_point_count_is_checked_before_expanding(tmp_path, capsys):
         plan_of(tmp_path, SUITE + seven)
     assert time.monotonic() - started < 10
     path = tmp_path / "twelve.yaml"
-    path.write_text(SUITE + "params: {batch_size: [1, 2, 3], measure_steps: [1, 2, 3, 4]}\n")
+    path.write_text(SUITE + "params: {batch_size: [1, 2, 3], image_size: [32, 40, 48, 56]}\n")
     code, _, err = run_cli(capsys, "sweep", path, "--dry-run", "--system", "CPU", "--max-points", "5")
     assert code == 2 and "12 points, more than the limit of 5" in one_line(err)
     code, out, _ = run_cli(capsys, "sweep", path, "--dry-run", "--system", "CPU", "--max-points", "12")
