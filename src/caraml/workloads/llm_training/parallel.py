@@ -226,27 +226,38 @@ def tied_weight(model: nn.Module, lay: Layout) -> nn.Parameter | None:
 
 
 def sync_tied_gradient(weight: nn.Parameter | None, group) -> None:
-    if weight is not None and group is not None and weight.grad is not None:
-        dist.all_reduce(_local(weight.grad), group=group)
+    if weight is None or group is None or weight.grad is None:
+        return
+    from torch.distributed.tensor import DTensor
+
+    grad = weight.grad
+    if isinstance(grad, DTensor) and grad.placements != weight.placements:
+        # The sharded embedding's backward gives a replicated gradient; shard it like the output layer's copy
+        # (a local slice, no communication) so the two stages add up equal pieces.
+        grad = weight.grad = grad.redistribute(grad.device_mesh, weight.placements)
+    dist.all_reduce(_local(grad), group=group)
 
 
 # gradient norm over every rank ----------------------------------------------------------------------------------
-def grad_norm(params: list[nn.Parameter], lay: Layout, exclude: nn.Parameter | None = None) -> torch.Tensor:
-    """The 2-norm of all gradients of the whole model: DTensor shards reduced over their mesh, stages summed
-    over the pipeline; the last stage's copy of a tied embedding is left out (counted once, on the first)."""
-    from torch.distributed.tensor import DTensor
+def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Parameter | None = None) -> torch.Tensor:
+    """This rank's share of the squared 2-norm of the whole model's gradients: summed over all ranks (one
+    all-reduce, by the caller) it is the squared norm. A gradient held alike by several ranks of a stage
+    (replicated over dp, or over tp) is divided by its number of copies; the last stage's copy of a tied
+    embedding is left out (counted once, on the first stage)."""
+    from torch.distributed.tensor import DTensor, Shard
 
-    grads = [p.grad for p in params if p.grad is not None and p is not exclude]
-    groups: dict = {}
-    for g in grads:  # torch's norm helpers need tensors of one kind (and one mesh) at a time
-        key = (g.device_mesh, g.placements) if isinstance(g, DTensor) else None
-        groups.setdefault(key, []).append(g)
-    square = torch.zeros((), device=grads[0].device if grads else "cpu", dtype=torch.float32)
-    for gs in groups.values():
-        norm = torch.nn.utils.get_total_norm(gs, 2.0, foreach=True)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        square = square + norm.float() ** 2
-    if lay.pp > 1:
-        dist.all_reduce(square, group=lay.group("pp"))
-    return square.sqrt()
+    stage_ranks = lay.dp * lay.tp
+    square = None
+    for p in params:
+        g = p.grad
+        if g is None or p is exclude:
+            continue
+        distinct = 1  # how many different pieces of this gradient the stage's ranks hold
+        if isinstance(g, DTensor):
+            for size, placement in zip(g.device_mesh.mesh.shape, g.placements):
+                if isinstance(placement, Shard):
+                    distinct *= size
+            g = g.to_local()
+        part = g.float().square().sum() * (distinct / stage_ranks)
+        square = part if square is None else square + part
+    return square if square is not None else torch.zeros(())

@@ -76,9 +76,9 @@ class GPTBench:
 
         torch.manual_seed(ctx.seed)
         model = parallel.build_stage(self.cfg, self.lay, device, ctx.seed, p["compile"])
-        self.tied = parallel.tied_weight(model, self.lay)
-        self.tied_group = parallel.tied_embedding_group(self.lay) if self.distributed else None
         self.model = parallel.apply_data_parallel(model, self.lay, device)
+        self.tied = parallel.tied_weight(self.model, self.lay)  # after FSDP2, which replaces the parameters
+        self.tied_group = parallel.tied_embedding_group(self.lay) if self.distributed else None
         self.params = [q for q in self.model.parameters() if q.requires_grad]
         self.optimizer = self._optimizer()
         self.schedule = self._pipeline() if dims.pp > 1 else None
@@ -112,7 +112,10 @@ class GPTBench:
 
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-        stage = PipelineStage(self.model, self.lay.pp_rank, self.lay.pp, self.device, group=self.lay.group("pp"))
+        # Shapes given up front (static mode): no shape inference, which in newer torch runs a real forward and
+        # backward through the stage and upsets DDP's and FSDP's gradient bookkeeping.
+        stage = PipelineStage(self.model, self.lay.pp_rank, self.lay.pp, self.device, *self._stage_shapes(),
+                              group=self.lay.group("pp"))
         n = self.accumulation
 
         def scaled_loss(logits, targets):  # mean over the global batch's micro-batches, times the fp16 loss scale
@@ -120,6 +123,18 @@ class GPTBench:
 
         kwargs = {"scale_grads": False} if "scale_grads" in inspect.signature(Schedule1F1B).parameters else {}
         return Schedule1F1B(stage, n_microbatches=n, loss_fn=scaled_loss, **kwargs)
+
+    def _stage_shapes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Example (meta) input and output of one micro-batch on this stage: tokens into the first stage, the fp32
+        residual stream (a sequence shard under sequence parallelism) between stages, logits out of the last."""
+        cfg, lay, m = self.cfg, self.lay, self.micro
+        seq = cfg.seq_length // lay.tp if lay.sequence_parallel else cfg.seq_length
+        hidden = torch.empty(m, seq, cfg.hidden_size, device="meta", requires_grad=True)  # gradients flow back
+        vocab = cfg.vocab_size // lay.tp if lay.loss_parallel else cfg.vocab_size
+        logits_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.p["precision"], torch.float32)
+        inputs = torch.empty(m, cfg.seq_length, dtype=torch.long, device="meta") if lay.first else hidden
+        outputs = torch.empty(m, cfg.seq_length, vocab, dtype=logits_dtype, device="meta") if lay.last else hidden
+        return inputs, outputs
 
     def _scale(self) -> float:
         return self.scaler.scale if self.scaler is not None else 1.0
@@ -150,8 +165,7 @@ class GPTBench:
         if self.lay.dp_mode == "allreduce":
             parallel.all_reduce_gradients(self.params, self.lay.group("dp"))
         parallel.sync_tied_gradient(self.tied, self.tied_group)
-        self._update()
-        self.losses.append(self._global_mean(loss))
+        self.losses.append(self._update(loss))
         self.iteration += 1
         self._mark_end()
 
@@ -186,20 +200,29 @@ class GPTBench:
             return torch.zeros((), device=self.device)
         return torch.stack([_local(v.detach()).float() for v in losses]).sum() / self._scale()
 
-    def _update(self) -> None:
-        """Unscale (fp16), skip on overflow, clip by the global norm, step."""
+    def _update(self, loss: torch.Tensor) -> torch.Tensor:
+        """Unscale (fp16), skip on overflow, clip by the global norm, step. Returns the global-batch mean loss:
+        it travels in the same all-reduce as the gradient norm, from the last stage's tp rank 0 of each replica."""
         params = self.params
         if self.scaler is not None:
             grads = [_local(q.grad) for q in params if q.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, 1.0 / self.scaler.scale)
-        norm = parallel.grad_norm(params, self.lay, exclude=self.tied if self.lay.last and self.lay.pp > 1 else None)
+        exclude = self.tied if self.lay.last and self.lay.pp > 1 else None
+        square = parallel.grad_square_share(params, self.lay, exclude).to(self.device)
+        loss = loss.detach().float().to(self.device)
+        if self.distributed:
+            mine = loss / self.dims.dp if self.dims.counts_units(dist.get_rank()) else torch.zeros_like(loss)
+            both = torch.stack((square, mine))
+            dist.all_reduce(both)
+            square, loss = both[0], both[1]
+        norm = square.sqrt()
         if self.scaler is not None:
             overflow = not bool(torch.isfinite(norm).item())  # the one host synchronisation, fp16 only
             self.scaler.update(overflow)
             if overflow:
                 self.optimizer.zero_grad(set_to_none=True)
-                return
+                return loss
         if self.p["clip_grad"] > 0:
             coef = (self.p["clip_grad"] / (norm + 1e-6)).clamp(max=1.0)
             grads = [_local(q.grad) for q in params if q.grad is not None]
@@ -207,15 +230,7 @@ class GPTBench:
                 torch._foreach_mul_(grads, coef.to(grads[0].device))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-    def _global_mean(self, loss: torch.Tensor) -> torch.Tensor:
-        """The global batch's mean loss on every rank: from the last stage's tp rank 0 of each replica."""
-        loss = loss.detach().float()
-        if not self.distributed:
-            return loss
-        mine = loss / self.dims.dp if self.dims.counts_units(dist.get_rank()) else torch.zeros_like(loss)
-        dist.all_reduce(mine)
-        return mine
+        return loss
 
     def _mark_end(self) -> None:
         if self.device.type == "cuda":
@@ -273,3 +288,27 @@ class GPTBench:
 
 def build(p: dict[str, Any], ctx: RunContext) -> GPTBench:
     return GPTBench(p, ctx)
+
+
+def train_losses(overrides: dict[str, Any], steps: int, preset: str | None = "smoke",
+                 device: str = "cpu") -> list[float]:
+    """Train `steps` iterations in this process and return each iteration's global-batch mean loss: the same on
+    every rank. With WORLD_SIZE > 1 (torchrun) the process group must be up; the layout comes from tp and pp.
+    For comparing layouts: the same model, seed and global batch give the same losses in every layout."""
+    from caraml import distributed
+    from caraml.measure.harness import HARNESS_PARAMS
+    from caraml.params import resolve
+    from caraml.workloads.llm_training import PRESETS, WORKLOAD
+
+    p = resolve(WORKLOAD.params + HARNESS_PARAMS, overrides, WORKLOAD.name, PRESETS.get(preset) if preset else None)
+    launch = distributed.launch_env()
+    if launch.world_size > 1:
+        launch.backend = dist.get_backend()
+    ctx = RunContext(device=torch.device(device), seed=p["seed"], dist=launch, dims=WORKLOAD.dims(p, launch.world_size))
+    bench = GPTBench(p, ctx)
+    try:
+        for _ in range(steps):
+            bench.step()
+        return bench.loss_values()
+    finally:
+        bench.close()
