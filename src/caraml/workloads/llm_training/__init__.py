@@ -125,9 +125,16 @@ def dims(p: dict[str, Any], world: int):
 
 
 def check_device(p: dict[str, Any], device) -> None:
+    """Before anything starts: the precision runs on this device, and data=oscar finds its reader and files."""
+    import os
+
     from caraml.workloads.image_classification import check_precision
 
     check_precision(p["precision"], device)
+    if p["data"] == "oscar":
+        from caraml.workloads.llm_training.data import check_indexed
+
+        check_indexed(p, os.environ.get("CARAML_DATA"))
 
 
 def build(p: dict[str, Any], ctx):

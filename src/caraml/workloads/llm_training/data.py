@@ -49,16 +49,7 @@ class IndexedTokens:
 
     def __init__(self, p: dict[str, Any], prefix: str, global_batch: int, dp_rank: int, device: torch.device,
                  seed: int):
-        try:
-            from caraml.data.megatron import GPTSamples
-        except ImportError as exc:
-            raise BadInput(f"data=oscar needs caraml.data.megatron, which cannot be imported here ({exc}); "
-                           "use data=synthetic") from None
-        missing = [prefix + ext for ext in (".bin", ".idx") if not os.path.isfile(prefix + ext)]
-        if missing:
-            raise BadInput(f"data=oscar: {missing[0]} does not exist; give data_path=PREFIX of the .bin/.idx pair "
-                           "(e.g. made by `caraml data prepare`) or set CARAML_DATA")
-        self.samples = GPTSamples(prefix, p["seq_length"], seed)
+        self.samples = _reader()(prefix, p["seq_length"], seed)
         if len(self.samples) == 0:
             raise BadInput(f"data=oscar: {prefix} holds no sample of {p['seq_length'] + 1} tokens")
         self.rows = _local_rows(p)
@@ -75,6 +66,25 @@ class IndexedTokens:
             tokens = tokens.pin_memory().to(self.device, non_blocking=True)
         self.iteration += 1
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def _reader():
+    try:
+        from caraml.data.megatron import GPTSamples
+    except ImportError as exc:
+        raise BadInput(f"data=oscar needs caraml.data.megatron, which cannot be imported here ({exc}); "
+                       "use data=synthetic") from None
+    return GPTSamples
+
+
+def check_indexed(p: dict[str, Any], data_root: str | None) -> None:
+    """The reader imports and the .bin/.idx pair exists (checked before a run starts)."""
+    prefix = default_prefix(p, data_root)
+    missing = [prefix + ext for ext in (".bin", ".idx") if not os.path.isfile(prefix + ext)]
+    if missing:
+        raise BadInput(f"data=oscar: {missing[0]} does not exist; give data_path=PREFIX of the .bin/.idx pair "
+                       "(e.g. made by `caraml data prepare`) or set CARAML_DATA")
+    _reader()
 
 
 def _local_rows(p: dict[str, Any]) -> int:

@@ -202,3 +202,20 @@ def init_weights(module: nn.Module, cfg: GPTConfig, seed: int, prefix: str = "")
             gen = torch.Generator(device=param.device).manual_seed(_seed(seed, full))
             std = out_std if full.endswith(("wo.weight", "w2.weight")) else cfg.init_std
             param.normal_(0.0, std, generator=gen)
+
+
+def count_flops_per_token(cfg: GPTConfig, batch: int = 2) -> float:
+    """Training FLOPs per token counted by torch.utils.flop_counter on one forward + backward on the meta device
+    (no memory, no compute): an independent check of sizes.flops_per_token. On the meta device SDPA runs as
+    plain matrix products, so attention is counted in full (causal masking not halved); recomputation is off."""
+    from dataclasses import replace
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = replace(cfg, recompute="none")
+    with torch.device("meta"):
+        model = GPT(cfg)
+        tokens = torch.zeros(batch, cfg.seq_length, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(tokens).float().sum().backward()
+    return counter.get_total_flops() / (batch * cfg.seq_length)

@@ -34,6 +34,17 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
+def learning_rate(p: dict[str, Any], samples: int) -> float:
+    """Megatron's schedule in samples consumed: linear warm-up from 0, cosine decay to min_lr, then min_lr."""
+    warm, decay = p["lr_warmup_samples"], p["lr_decay_samples"]
+    if warm > 0 and samples <= warm:
+        return p["lr"] * samples / warm
+    if samples > decay:
+        return p["min_lr"]
+    ratio = (samples - warm) / max(1, decay - warm)
+    return p["min_lr"] + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (p["lr"] - p["min_lr"])
+
+
 def global_batch(p: dict[str, Any], dims: ParallelDims) -> int:
     return dims.dp * p["micro_batch_size"] * p["grad_accumulation"]
 
@@ -140,15 +151,7 @@ class GPTBench:
         return self.scaler.scale if self.scaler is not None else 1.0
 
     def lr_at(self, iteration: int) -> float:
-        """Megatron's schedule in samples: linear warm-up from 0, cosine decay to min_lr, then min_lr."""
-        p = self.p
-        samples, warm, decay = iteration * self.global_batch, p["lr_warmup_samples"], p["lr_decay_samples"]
-        if warm > 0 and samples <= warm:
-            return p["lr"] * samples / warm
-        if samples > decay:
-            return p["min_lr"]
-        ratio = (samples - warm) / max(1, decay - warm)
-        return p["min_lr"] + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (p["lr"] - p["min_lr"])
+        return learning_rate(self.p, iteration * self.global_batch)
 
     # one iteration --------------------------------------------------------------------------------------------
     def step(self) -> None:
