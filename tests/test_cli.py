@@ -101,6 +101,6 @@ def test_non_finite_numbers_are_bad_input(results, value):
 
 
 def test_unbuilt_workload_is_refused_before_anything_starts(results):
-    proc = caraml("run", "llm_training", "--results", results, check=2)
+    proc = caraml("run", "fno", "--results", results, check=2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "not built yet" in lines[0]
