@@ -1,5 +1,5 @@
-"""Hand-written run records that follow the record schema: multi-GPU and multi-node runs a CPU cannot make
-and for energy data a CPU cannot produce. Written exactly as the store writes them: runs/<run_id>.json.
+"""Hand-written run records that follow the record schema, for runs a CPU cannot make (many GPUs, many nodes)
+and energy data a CPU cannot produce. Written exactly as the store writes them: runs/<run_id>.json.
 """
 
 from __future__ import annotations
