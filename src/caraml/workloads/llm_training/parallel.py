@@ -243,11 +243,11 @@ def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Param
     """This rank's share of the squared 2-norm of the whole model's gradients: summed over all ranks (one
     all-reduce, by the caller) it is the squared norm. A gradient held alike by several ranks of a stage
     (replicated over dp, or over tp) is divided by its number of copies; the last stage's copy of a tied
-    embedding is left out (counted once, on the first stage)."""
+    embedding is left out (counted once, on the first stage). Multi-tensor kernels, no host synchronisation."""
     from torch.distributed.tensor import DTensor, Shard
 
     stage_ranks = lay.dp * lay.tp
-    square = None
+    by_share: dict[float, list[torch.Tensor]] = {}
     for p in params:
         g = p.grad
         if g is None or p is exclude:
@@ -258,6 +258,9 @@ def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Param
                 if isinstance(placement, Shard):
                     distinct *= size
             g = g.to_local()
-        part = g.float().square().sum() * (distinct / stage_ranks)
-        square = part if square is None else square + part
-    return square if square is not None else torch.zeros(())
+        by_share.setdefault(distinct / stage_ranks, []).append(g)
+    square = torch.zeros((), dtype=torch.float32, device=next(iter(by_share.values()))[0].device if by_share
+                         else "cpu")
+    for share, grads in by_share.items():
+        square = square + share * torch.nn.utils.get_total_norm(grads, 2.0, foreach=True).float() ** 2
+    return square
