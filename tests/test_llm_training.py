@@ -109,6 +109,42 @@ def test_learning_rate_warm_up_then_cosine_to_min():
     assert learning_rate(p, 5000) == 1e-5
 
 
+def bench(**overrides):
+    """A GPTBench of the smoke model in this process (one rank, CPU)."""
+    import torch
+
+    from caraml.bench import ParallelDims, RunContext
+    from caraml.distributed import DistContext
+    from caraml.workloads.llm_training.train import GPTBench
+
+    p = params(**overrides)
+    return GPTBench(p, RunContext(device=torch.device("cpu"), seed=p["seed"], dist=DistContext(), dims=ParallelDims()))
+
+
+def test_recompute_changes_no_number():
+    from caraml.workloads.llm_training.train import train_losses
+
+    runs = [train_losses({"recompute": mode}, 3) for mode in ("none", "selective", "full")]
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_fp16_overflow_skips_the_step_and_spends_hysteresis():
+    import torch
+
+    b = bench(precision="fp16")
+    b.step()
+    assert b.scaler.scale == 4096.0 and b.scaler.skipped == 0 and math.isfinite(b.loss_values()[0])
+    before = [q.detach().clone() for q in b.params]
+    b.scaler.scale = 1e38  # the scaled loss overflows: every gradient is inf or nan
+    b.step()
+    assert b.scaler.skipped == 1 and b.scaler.scale == 1e38  # hysteresis 2: not lowered on the first overflow
+    assert all(torch.equal(x, q) for x, q in zip(before, b.params))  # the step was skipped
+    b.step()
+    assert b.scaler.skipped == 2 and b.scaler.scale == 5e37
+    details = b.details()
+    assert details["loss_scale"]["skipped_steps"] == 2 and b.info.precision == "fp16"
+
+
 # layouts -------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("overrides, devices, says", [
     ({"tp": 3}, 4, "tp*pp = 3*1 = 3 does not divide the 4 devices"),
