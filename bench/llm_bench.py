@@ -163,7 +163,9 @@ def free_memory() -> None:
 
 def plain_point(steps: int, warmup: int) -> dict:
     try:
-        return {"name": "plain", "status": "ok", **plain_loop(MICRO, steps, warmup), "torch": __import__("torch").__version__}
+        import torch
+
+        return {"name": "plain", "status": "ok", **plain_loop(MICRO, steps, warmup), "torch": torch.__version__}
     finally:
         free_memory()
 

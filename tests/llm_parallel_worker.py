@@ -1,7 +1,8 @@
 """Run by torchrun in tests/test_llm_training.py: train each layout named on the command line for a few
 iterations on CPU (gloo) and write rank 0's losses as JSON: {"name": [loss, ...], ...}.
 
-    python -m torch.distributed.run --standalone --nproc-per-node 4 tests/llm_parallel_worker.py OUT.json STEPS NAME=k:v,k:v ...
+    python -m torch.distributed.run --standalone --nproc-per-node 4 tests/llm_parallel_worker.py \
+        OUT.json STEPS NAME=key:value,key:value ...
 """
 
 import json

@@ -179,7 +179,7 @@ def test_bad_layout_is_one_line_exit_2(tmp_path, args, says):
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-# runs ------------------------------------------------------------------------------------------------------------------
+# runs ---------------------------------------------------------------------------------------------------------------
 def test_smoke_run_through_the_cli(tmp_path):
     out = caraml("run", "llm_training", "--preset", "smoke", "--json", "--results", tmp_path, check=0).stdout
     record = json.loads(out)

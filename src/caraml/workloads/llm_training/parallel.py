@@ -10,7 +10,7 @@ cannot take tensor-parallel (DTensor) parameters.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -103,7 +103,6 @@ class Layout:
     sequence_parallel: bool = False
     loss_parallel: bool = False
     dp_mode: str = "none"  # none | fsdp2 | ddp | allreduce
-    groups: dict = field(default_factory=dict)
 
     @property
     def first(self) -> bool:
@@ -239,7 +238,8 @@ def sync_tied_gradient(weight: nn.Parameter | None, group) -> None:
 
 
 # gradient norm over every rank ----------------------------------------------------------------------------------
-def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Parameter | None = None) -> torch.Tensor:
+def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Parameter | None = None
+                      ) -> torch.Tensor:
     """This rank's share of the squared 2-norm of the whole model's gradients: summed over all ranks (one
     all-reduce, by the caller) it is the squared norm. A gradient held alike by several ranks of a stage
     (replicated over dp, or over tp) is divided by its number of copies; the last stage's copy of a tied

@@ -58,7 +58,8 @@ def dp_mode(p: dict[str, Any], dims: ParallelDims) -> str:
 
 
 def precision_in_use(precision: str, device: torch.device) -> str:
-    if precision == "fp32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+    """fp32 matrix products run as TF32 on GPUs when the process allows it (not by PyTorch's default)."""
+    if precision == "fp32" and device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
         return "tf32"
     return precision
 
@@ -100,6 +101,7 @@ class GPTBench:
         self.data = data_mod.make(p, self.global_batch, dp_rank, device, ctx.seed, ctx.data_root)
 
         self.iteration = 0
+        self.updates = 0  # optimizer steps taken (fp16 overflows skip one): the learning rate follows these
         self.losses: list[torch.Tensor] = []  # the global-batch mean loss of each step, on the device
         self._ends: list = []  # end of each step: CUDA events, or host clock readings
         self.sizes = sizes.sizes(p, dims.tp)
@@ -150,14 +152,14 @@ class GPTBench:
     def _scale(self) -> float:
         return self.scaler.scale if self.scaler is not None else 1.0
 
-    def lr_at(self, iteration: int) -> float:
-        return learning_rate(self.p, iteration * self.global_batch)
+    def lr_at(self, updates: int) -> float:
+        return learning_rate(self.p, updates * self.global_batch)
 
     # one iteration --------------------------------------------------------------------------------------------
     def step(self) -> None:
         x, y = self.data.next()
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.iteration)
+            group["lr"] = self.lr_at(self.updates)
         loss_ctx = nullcontext()
         if self.lay.loss_parallel:
             from torch.distributed.tensor.parallel import loss_parallel
@@ -233,6 +235,7 @@ class GPTBench:
                 torch._foreach_mul_(grads, coef.to(grads[0].device))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
         return loss
 
     def _mark_end(self) -> None:
@@ -287,10 +290,6 @@ class GPTBench:
 
     def close(self) -> None:
         self.data = None
-
-
-def build(p: dict[str, Any], ctx: RunContext) -> GPTBench:
-    return GPTBench(p, ctx)
 
 
 def train_losses(overrides: dict[str, Any], steps: int, preset: str | None = "smoke",
