@@ -1,5 +1,5 @@
 #!/bin/bash
-# caraml sweep point 73390cb264e23882 on JUPITER: global_batch=0, accumulation=64, dp=44, model_size=13B, num_layers=40, hidden_size=5120, num_attention_heads=32, ffn_hidden_size=20480, seq_length=2048, max_position_embeddings=2048, position=rope, micro_batch_size=2, tp=2, pp=2, sequence_parallel=True, recompute=selective, distributed_optimizer=True, precision=fp16, data=synthetic, seed=42, grad_accumulation=64, global_batch_size=5632, nodes=44, time_limit=02:00:00, devices_per_node=4
+# caraml sweep point 73390cb264e23882 on JUPITER: global_batch=0, accumulation=64, dp=44, model_size=13B, num_layers=40, hidden_size=5120, num_attention_heads=32, ffn_hidden_size=20480, seq_length=2048, max_position_embeddings=2048, position=rope, micro_batch_size=2, tp=2, pp=2, sequence_parallel=True, recompute=selective, distributed_optimizer=True, precision=fp16, lr=0.0001, data=synthetic, seed=42, grad_accumulation=64, global_batch_size=5632, nodes=44, time_limit=02:00:00, devices_per_node=4
 #SBATCH --job-name=caraml-llm_training-73390cb264e23882
 #SBATCH --nodes=44
 #SBATCH --ntasks-per-node=1

@@ -69,7 +69,7 @@ PRESETS = {
     # GPT-2 small, the model of CARAML's IPU benchmark (micro-batch 1, 128 micro-batches per iteration).
     "117M": {"model_size": "117M", "num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
              "seq_length": 1024, "max_position_embeddings": 1024, "position": "learned", "micro_batch_size": 1,
-             "grad_accumulation": 128, "precision": "fp16", "seed": 42},
+             "grad_accumulation": 128, "precision": "fp16", "lr": 1.5e-4, "seed": 42},
     "800M": {**_CARAML, "model_size": "800M", "num_layers": 16, "hidden_size": 2048, "num_attention_heads": 16,
              "ffn_hidden_size": 0, "micro_batch_size": 4, "grad_accumulation": 1, "tp": 1, "pp": 1,
              "precision": "fp16"},
