@@ -72,6 +72,16 @@ def test_flop_formula_agrees_with_flop_counter(activation):
     assert counted == pytest.approx(formula, rel=0.02)
 
 
+def test_caraml_tflops_formula():
+    # 800M, global batch 16, selective recompute: 24*4*16*2048*16*2048^2*(1 + 2048/(6*2048) + 50304/(16*16*2048))
+    expected = 24 * 4 * 16 * 2048 * 16 * 2048 ** 2 * (1 + 1 / 6 + 50304 / (16 * 16 * 2048))
+    assert sizes.caraml_flops_per_iteration(16, 2048, 16, 2048, 50304, recompute=True) == pytest.approx(expected)
+    assert sizes.caraml_flops_per_iteration(16, 2048, 16, 2048, 50304, recompute=False) == pytest.approx(
+        expected * 3 / 4)
+    assert sizes.caraml_flops_per_iteration(16, 2048, 16, 2048, 50304, True, "swiglu") == pytest.approx(
+        expected * 32 / 24)
+
+
 # the recipe -------------------------------------------------------------------------------------------------------
 def test_loss_scaler_hysteresis_window_and_floor():
     from caraml.workloads.llm_training.scaler import LossScaler

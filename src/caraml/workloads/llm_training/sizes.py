@@ -20,8 +20,9 @@ FLOPS_CONVENTION = (
 )
 
 CARAML_TFLOPS_FORMULA = (
-    "CARAML's Megatron patch: 24*f*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)) / (t_iter * devices * 1e12), B global batch, "
-    "V padded vocabulary, f = 4 with recompute (selective or full) else 3, t_iter median iteration time"
+    "CARAML's Megatron patch (add_tflops_logging.patch): c*f*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)) / (t_iter * devices "
+    "* 1e12), c = 24 (32 with SwiGLU), f = 4 with recompute (selective or full) else 3, B global batch, V padded "
+    "vocabulary, t_iter median iteration time; it assumes an MLP of 4h"
 )
 
 
@@ -58,10 +59,11 @@ def flops_per_token(layers: int, hidden: int, ffn: int, vocab: int, seq: int, ac
 
 
 def caraml_flops_per_iteration(global_batch: int, seq: int, layers: int, hidden: int, vocab: int,
-                               recompute: bool) -> float:
-    """FLOPs of one iteration as CARAML's Megatron patch counts them (assumes an MLP of 4h)."""
+                               recompute: bool, activation: str = "gelu") -> float:
+    """FLOPs of one iteration as CARAML's Megatron patch counts them (CARAML_TFLOPS_FORMULA)."""
     f = 4 if recompute else 3
-    return 24.0 * f * global_batch * seq * layers * hidden ** 2 * (
+    c = 32 if activation == "swiglu" else 24
+    return float(c) * f * global_batch * seq * layers * hidden ** 2 * (
         1 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
 
 

@@ -270,7 +270,8 @@ class GPTBench:
                     "falling": finite and len(losses) > 1 and losses[-1] < losses[0], "steps": len(losses)}
         vocab = self.sizes["padded_vocab_size"]
         caraml_flops = sizes.caraml_flops_per_iteration(self.global_batch, p["seq_length"], p["num_layers"],
-                                                        p["hidden_size"], vocab, p["recompute"] != "none")
+                                                        p["hidden_size"], vocab, p["recompute"] != "none",
+                                                        p["activation"])
         return {
             "time_per_iteration_s": t_iter,
             "dp": dims.dp,
