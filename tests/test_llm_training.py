@@ -217,6 +217,7 @@ LAYOUTS = {
     "pp2_dp2_fsdp": "pp:2,micro_batch_size:2,grad_accumulation:2",
     "pp2_dp2_ddp": "pp:2,micro_batch_size:2,grad_accumulation:2,distributed_optimizer:off",
     "pp2_tp2": "pp:2,tp:2,micro_batch_size:4,grad_accumulation:2",
+    "dp4_ddp": "micro_batch_size:1,grad_accumulation:2,distributed_optimizer:off",
 }
 VARIANT_B = {"position": "learned", "activation": "swiglu", "recompute": "full"}
 
