@@ -13,6 +13,9 @@ import pytest
 from slurm_cluster import slurm_cluster  # noqa: F401 (a session fixture: one cluster for all tests)
 
 ROOT = Path(__file__).resolve().parents[1]
+# In-process imports test this tree too, not an installed copy of caraml elsewhere.
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 

@@ -1,5 +1,5 @@
-"""Hand-written run records that follow the record schema, for workloads not built yet (llm_training), for
-runs a CPU cannot make (fno on GPUs) and for energy data a CPU cannot produce. Written exactly as the store writes them: runs/<run_id>.json.
+"""Hand-written run records that follow the record schema, for runs a CPU cannot make (many GPUs, many nodes)
+and energy data a CPU cannot produce. Written exactly as the store writes them: runs/<run_id>.json.
 """
 
 from __future__ import annotations
@@ -82,7 +82,12 @@ def write_power_csv(path: Path, devices=("GPU-6a1e-0", "GPU-93c2-1")) -> str:
 def llm(system, model_size, devices, tp, pp, gbs, tokens_per_s, **kw):
     params = {"model_size": model_size, "global_batch_size": gbs, "micro_batch_size": 4, "tp": tp, "pp": pp,
               "seq_length": 2048, "precision": "bf16"}
-    extra = {"time_per_iteration_s": gbs * 2048 / tokens_per_s, "global_batch_size": gbs}
+    from caraml.workloads.llm_training.sizes import caraml_flops_per_iteration
+
+    t_iter = gbs * 2048 / tokens_per_s
+    caraml_flops = caraml_flops_per_iteration(gbs, 2048, 16, 2048, 50304, recompute=True)  # the 800M model
+    extra = {"time_per_iteration_s": t_iter, "global_batch_size": gbs, "measured_steps": 20,
+             "tflops_caraml_per_device": caraml_flops / (t_iter * devices * 1e12)}
     return record("llm_training", system, params, tokens_per_s, devices=devices, nodes=max(1, devices // 4),
                   extra_metrics={**extra, **kw.pop("extra_metrics", {})}, **kw)
 

@@ -89,7 +89,7 @@ def test_ids_are_the_record_config_hash(tmp_path):
     ("image_classification", [], "CPU", 7),
     ("image_classification", ["bf16"], "H100", 7),
     ("image_classification", ["amp", "compile"], "A100", 42),
-    ("llm_training", ["800M"], "A100", 1),
+    ("llm_training", ["800M"], "A100", 9),
     ("llm_training", ["13B"], "H100", 1),
     ("llm_training", ["175B"], "JUPITER", 1),
     ("fno", ["all"], "H100", 8),
@@ -104,7 +104,7 @@ def test_shipped_suites_values():
     ic = expand(suite_mod.load("image_classification"), set(), "H100")
     assert sorted(p.params["batch_size"] * p.world_size for p in ic) == [32, 64, 128, 256, 512, 1024, 2048]
     big = expand(suite_mod.load("llm_training"), {"175B"}, "JUPITER")[0]
-    assert (big.nodes, big.params["tp"], big.params["pp"], big.params["num_layers"]) == (16, 4, 8, 96)
+    assert (big.nodes, big.params["tp"], big.params["pp"], big.params["num_layers"]) == (16, 8, 8, 96)
     fno = expand(suite_mod.load("fno"), {"all", "eval"}, "H100")
     assert {p.params["problem"] for p in fno} == {"PIC1D", "PIC2D", "RBC2D", "RBC3D"}
     assert {p.params["mode"] for p in fno} == {"eval"} and {p.devices_per_node for p in fno} == {1}
@@ -117,17 +117,56 @@ def test_dry_run_json_and_listing(tmp_path):
     listed = caraml("sweep", "--list", check=0).stdout
     assert all(name in listed for name in ("image_classification", "llm_training", "fno"))
     text = caraml("sweep", "llm_training", "--tag", "13B", "--system", "H100", "--dry-run", check=0).stdout
-    assert "tp=2" in text and "nodes=4" in text
+    assert "tp=2" in text and "pp=2" in text and "nodes=44" in text
+
+
+# CARAML's llm_benchmark_nvidia_amd.yaml on H100 (4 GPUs per node): layers, hidden, heads, ffn, tp, pp, dp,
+# micro-batch, micro-batches per iteration, global batch, nodes, precision.
+CARAML_LLM = {
+    "800M": [(16, 2048, 16, 0, 1, 1, 4, 4, gbs // 16, gbs, 1, "fp16")
+             for gbs in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)],
+    "13B": [(40, 5120, 32, 20480, 2, 2, 44, 2, 64, 44 * 2 * 64, 44, "fp16")],
+    "175B": [(96, 12288, 96, 0, 8, 8, 1, 2, 64, 128, 16, "bf16")],
+}
+
+
+@pytest.mark.parametrize("size", list(CARAML_LLM))
+def test_llm_sweep_is_caramls_table(size):
+    points = json.loads(caraml("sweep", "llm_training", "--tag", size, "--dry-run", "--system", "H100", "--json",
+                               check=0).stdout)
+    got = []
+    for point in points:
+        p = point["params"]
+        dp = point["world_size"] // (p["tp"] * p["pp"])
+        got.append((p["num_layers"], p["hidden_size"], p["num_attention_heads"], p["ffn_hidden_size"], p["tp"],
+                    p["pp"], dp, p["micro_batch_size"], p["grad_accumulation"], p["global_batch_size"],
+                    point["nodes"], p["precision"]))
+        assert dp * p["micro_batch_size"] * p["grad_accumulation"] == p["global_batch_size"]
+        assert (p["model_size"], p["seq_length"], p["max_position_embeddings"], p["position"]) == (size, 2048, 2048,
+                                                                                                  "rope")
+        assert (p["recompute"], p["sequence_parallel"], p["distributed_optimizer"], p["seed"]) == ("selective", True,
+                                                                                                   True, 42)
+        assert point["devices_per_node"] == 4
+    assert sorted(got, key=lambda row: row[9]) == CARAML_LLM[size]
+
+
+def test_llm_sweep_devices_per_node_of_other_systems():
+    def first(tag, system):
+        return expand(suite_mod.load("llm_training"), {tag}, system)[0]
+
+    mi250 = first("800M", "MI250")  # 8 GCDs per node: the global batch sweep starts at 8 x 4
+    assert (mi250.devices_per_node, mi250.params["global_batch_size"], mi250.params["grad_accumulation"]) == (8, 32, 1)
+    gh200 = first("13B", "GH200")  # one GPU per node: 44 devices, dp 11
+    assert (gh200.world_size, gh200.params["global_batch_size"]) == (44, 11 * 2 * 64)
 
 
 @pytest.mark.parametrize("args, message", [
     (["image_classification", "--tag", "nosuchtag"], "unknown tag 'nosuchtag'"),
     (["image_classification", "--system", "Z80"], "unknown system 'Z80'"),
     (["nosuchsuite"], "neither a shipped suite"),
-    (["llm_training", "--tag", "13B", "--system", "CPU"], "does not divide the 4 devices"),
+    (["llm_training", "--tag", "175B", "--system", "CPU"], "tp*pp = 8*8 = 64 does not divide the 16 devices"),
     (["llm_training", "tp=3", "--tag", "800M", "--system", "CPU"], "tp*pp = 3*1 = 3 does not divide the 1 devices"),
     (["image_classification", "warp=9", "--system", "CPU"], "'warp' is neither a parameter"),
-    (["llm_training", "--system", "H100"], "not built yet"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     proc = caraml("sweep", *args, *([] if "not built yet" in message else ["--dry-run"]), check=2)

@@ -101,6 +101,14 @@ def test_non_finite_numbers_are_bad_input(results, value):
 
 
 def test_unbuilt_workload_is_refused_before_anything_starts(results):
-    proc = caraml("run", "llm_training", "--results", results, check=2)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not built yet" in lines[0]
+    from caraml import workloads
+    from caraml.errors import BadInput
+    from caraml.runner import RunSpec, execute
+
+    workloads.register(workloads.Workload(name="declared_only", unit="things", params=[], presets={}, build=None))
+    try:
+        with pytest.raises(BadInput, match="workload declared_only is not built yet"):
+            execute(RunSpec("declared_only", results=str(results)))
+        assert not results.exists()
+    finally:
+        workloads._REGISTERED.pop("declared_only")

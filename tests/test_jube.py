@@ -30,6 +30,9 @@ IPU_RUN = "llm_training/llm_benchmark_ipu_run"
 FNO = "operator_benchmark/fno_benchmark.yaml"
 FNO_RUN = "operator_benchmark/fno_benchmark_run"
 
+LLM_COLUMNS = ["System", "ModelSize", "Nodes", "Devices", "GlobalBatchSize", "PipelineParallel", "TensorParallel",
+               "DataParallel", "Iterations", "Time/iteration(s)", "Tokens/second", "Avg_TFLOPs/GPU", "Energy Wh",
+               "Tokens/Wh", "MFU", "Status"]
 IC_COLUMNS = ["System", "Model", "Nodes", "Devices", "GlobalBatchSize", "BatchSize/Device", "Precision", "Compiler",
               "CompileMode", "ChannelsLast", "Images/s", "Energy Wh", "Images/Wh", "MFU", "Status"]
 
@@ -128,9 +131,13 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
     [point] = points(tree, LLM_RUN)
     assert point["id"] in sweep_ids("llm_training", "--tag", "13B", "--system", "JUPITER")
     assert (point["nodes"], point["params"]["tp"], point["params"]["pp"], point["params"]["global_batch_size"]) \
-        == (4, 2, 4, 128)
+        == (44, 2, 2, 44 * 2 * 64)  # CARAML's 13B: dp 44 x micro-batch 2 x 64
     script = (workpackages(tree, LLM_RUN)[0] / "job.sh").read_text()
-    assert "#SBATCH --nodes=4" in script and "--gres=gpu:4" in script  # JUPITER's profile
+    assert "#SBATCH --nodes=44" in script and "--gres=gpu:4" in script  # JUPITER's profile
+    jube(tree, "run", LLM, "--tag", "800M", "H100", "dryrun")  # the global batch sweep: one work package each
+    got = points(tree, LLM_RUN)
+    assert {p["id"] for p in got} == sweep_ids("llm_training", "--tag", "800M", "--system", "H100")
+    assert sorted(p["params"]["global_batch_size"] for p in got) == [16 * 2 ** i for i in range(9)]
 
     jube(tree, "run", FNO, "--tag", "H100", "RBC3D", "ddp", "eval", "dryrun")
     got = points(tree, FNO_RUN)
@@ -160,14 +167,16 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
             point["params"]["data"]) == ("GC200", "117M", 12, "synthetic")
 
 
-def test_unbuilt_workloads_run_on_cpu_and_say_so(tree):
-    jube(tree, "run", LLM, "--tag", "CPU", "800M", "smoke")
-    [wp] = workpackages(tree, LLM_RUN)
-    assert json.loads((wp / "point.json").read_text())["system"] == "CPU"
-    assert "is not built yet" in (wp / "stderr").read_text()
-    assert (wp.parent / "error").exists()  # JUBE marks the work package failed
+def test_llm_smoke_on_cpu_run_continue_result(tree):
+    jube(tree, "run", LLM, "--tag", "CPU", "smoke")
     jube(tree, "continue", LLM_RUN, "-i", "last")
-    jube(tree, "result", LLM_RUN, "-i", "last")
+    header, rows = table(jube(tree, "result", LLM_RUN, "-i", "last").stdout)
+    assert header == LLM_COLUMNS
+    [r] = rows
+    assert (r["System"], r["ModelSize"], r["Devices"], r["GlobalBatchSize"], r["PipelineParallel"],
+            r["TensorParallel"], r["DataParallel"], r["Iterations"], r["Status"]) == (
+        "CPU", "smoke", "1", "2", "1", "1", "1", "2", "ok")
+    assert float(r["Tokens/second"]) > 0 and float(r["Avg_TFLOPs/GPU"]) >= 0  # .1f: a tiny model on a CPU shows 0.0
 
 
 def test_fno_smoke_runs_on_cpu(tree):

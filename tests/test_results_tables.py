@@ -93,7 +93,7 @@ def test_where_and_columns(campaign):
     assert [r["system"] for r in json.loads(failed)] == ["A100"]
     # a column of one workload only: the others' tables simply leave it out
     both = caraml("result", "--results", campaign, "--columns", "system,tp", "--format", "csv", check=0).stdout
-    assert "# llm_training\nSystem,TP\n" in both and "# fno\nSystem\n" in both
+    assert "# llm_training\nSystem,TensorParallel\n" in both and "# fno\nSystem\n" in both
 
 
 @pytest.mark.parametrize("args, says", [

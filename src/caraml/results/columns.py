@@ -139,8 +139,8 @@ SHARED = {
 def _declared(col) -> Column:
     """A workload's own column (caraml.workloads.Col) as a table column."""
     kind, _, name = col.source.partition(":")
-    if kind == "shared":  # a shared column under the workload's own visibility
-        return replace(SHARED[name], default=col.default)
+    if kind == "shared":  # a shared column under the workload's own key, header and visibility
+        return replace(SHARED[name], key=col.key, header=col.header, default=col.default)
     if kind == "param":
         return param(col.key, col.header, name, col.style, col.default)
     if kind == "label":  # a text metric (e.g. a shape): the representative run's value, not a median

@@ -1,0 +1,269 @@
+"""LLM-training benchmark on one GPU: `caraml run llm_training` against a plain training loop of the same model.
+
+    PYTHONPATH=src python3 bench/llm_bench.py [--out DIR] [--only NAME,...] [--steps N] [--warmup N]
+
+CARAML's 800M GPT (16 layers, 2048 wide, 16 heads, sequence 2048, vocabulary 50257 padded to 50304),
+bf16 autocast with fp32 master weights, each block compiled, fused AdamW, clipping at norm 1, synthetic
+tokens on the GPU. Points, in this order (each caraml point is its own process; the plain ones run here):
+
+    caraml            caraml run llm_training --preset 800M precision=bf16 compile=on recompute=none
+    caraml_selective  the same with the preset's recompute=selective (the attention core is recomputed)
+    plain             a hand-written loop over the same model code (model.py), micro-batch 4
+    micro             the plain loop at micro-batch 8, 16, 32, ... until out of memory: the largest that fits
+
+Prints tokens/s, TFLOP/s by 6N + 12*L*h*s per token, MFU against 989.4 TFLOP/s (H200/H100 SXM dense bf16),
+the ratio caraml/plain (target >= 0.98), peak memory; writes llm_bench.json into --out, or $OUT, or ./bench-out.
+Without a GPU (or with --self-check) every point runs on the CPU with the smoke model, uncompiled: a check of
+the script, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from caraml.workloads.llm_training import PRESETS, sizes  # noqa: E402  (no torch)
+
+PEAK_TFLOPS = 989.4
+MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                                         "max_position_embeddings")}
+MICRO = 4
+VOCAB = 50257
+POINTS = ("caraml", "caraml_selective", "plain", "micro")
+# the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
+SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
+              "caraml": ["--preset", "smoke", "device=cpu", "compile=off"], "max_micro": 4}
+RUN = {"device": "cuda", "compile": True, "caraml": ["--preset", "800M", "compile=on", "device=cuda"],
+       "max_micro": 1 << 20}
+
+
+def flops_per_token() -> float:
+    h, layers = MODEL["hidden_size"], MODEL["num_layers"]
+    return sizes.flops_per_token(layers, h, 4 * h, sizes.padded_vocab(VOCAB), MODEL["seq_length"])
+
+
+def rates(tokens_per_s: float | None) -> dict:
+    if not tokens_per_s:
+        return {"tokens_per_s": tokens_per_s}
+    tflops = tokens_per_s * flops_per_token() / 1e12
+    return {"tokens_per_s": tokens_per_s, "tflops_6n": tflops, "mfu": tflops / PEAK_TFLOPS}
+
+
+# caraml run, one process per point --------------------------------------------------------------------------------
+def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int, timeout: float) -> dict:
+    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *RUN["caraml"], "precision=bf16",
+           f"micro_batch_size={MICRO}", f"warmup_steps={warmup}", f"measure_steps={steps}", *extra,
+           "--results", str(out / "results"), "--json"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    print(f"llm_bench: {name}: caraml {' '.join(cmd[3:-4])}", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"name": name, "status": "timeout", "wall_s": timeout}
+    took = time.monotonic() - start
+    try:
+        record = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"name": name, "status": "failed", "wall_s": took, "error": proc.stderr[-3000:]}
+    m = record.get("metrics") or {}
+    energy = m.get("energy") or {}
+    return {"name": name, "status": record["status"], **rates((m.get("throughput") or {}).get("value")),
+            "caraml_mfu": m.get("mfu"), "caraml_tflops_per_device": m.get("tflops_per_device"),
+            "tflops_caraml_formula": m.get("tflops_caraml_per_device"),
+            "time_per_iteration_s": m.get("time_per_iteration_s"),
+            "step_median_ms": ((m.get("step_time_s") or {}).get("median") or 0) * 1e3,
+            "step_p90_ms": ((m.get("step_time_s") or {}).get("p90") or 0) * 1e3,
+            "compile_s": (m.get("warmup") or {}).get("compile_s"), "loss": m.get("loss"),
+            "peak_memory_gib": (m.get("peak_memory_bytes") or 0) / 2**30,
+            "energy_wh": energy.get("total_wh"), "tokens_per_wh": energy.get("units_per_wh"),
+            "wall_s": took, "error": record.get("error"), "command": "caraml " + " ".join(cmd[3:-4]),
+            "env": {k: (record.get("env") or {}).get(k) for k in ("torch", "cuda", "driver", "python")}}
+
+
+# the plain loop, here ----------------------------------------------------------------------------------------------
+def plain_loop(micro: int, steps: int, warmup: int) -> dict:
+    """nanoGPT's loop over model.py's GPT: bf16 autocast, compiled blocks, fused AdamW, clip, no harness."""
+    import torch
+    import torch.nn.functional as F
+
+    from caraml.workloads.llm_training.model import GPT, GPTConfig, init_weights
+
+    device = torch.device(RUN["device"])
+    cuda = device.type == "cuda"
+    cfg = GPTConfig(num_layers=MODEL["num_layers"], hidden_size=MODEL["hidden_size"],
+                    num_heads=MODEL["num_attention_heads"], ffn_hidden_size=4 * MODEL["hidden_size"],
+                    seq_length=MODEL["seq_length"], max_positions=MODEL["max_position_embeddings"],
+                    vocab_size=sizes.padded_vocab(VOCAB), position="rope", recompute="none")
+    torch.manual_seed(42)
+    with device:
+        model = GPT(cfg)
+    init_weights(model, cfg, seed=42)
+    for name, block in list(model.layers.items()):
+        if RUN["compile"]:
+            model.layers[name] = torch.compile(block)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
+                                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
+                                  lr=1e-4, betas=(0.9, 0.999), eps=1e-8, **({"fused": True} if cuda else {}))
+    batches = []
+    for _ in range(2):
+        tokens = torch.randint(0, VOCAB, (micro, cfg.seq_length + 1), device=device)
+        batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+
+    def step(i):
+        x, y = batches[i % 2]
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(0, 1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    for i in range(warmup):
+        first = step(i)
+    sync()
+    warmup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(steps):
+        last = step(i)
+    sync()
+    wall = time.perf_counter() - start
+    out = {"micro_batch_size": micro, "steps": steps, "wall_s": wall, "warmup_s": warmup_s,
+           "step_ms": wall / steps * 1e3, **rates(micro * cfg.seq_length * steps / wall),
+           "loss_first": float(first), "loss_last": float(last),
+           "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
+    del model, optimizer, batches, params
+    return out
+
+
+def free_memory() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    torch._dynamo.reset()
+
+
+def plain_point(steps: int, warmup: int) -> dict:
+    try:
+        import torch
+
+        return {"name": "plain", "status": "ok", **plain_loop(MICRO, steps, warmup), "torch": torch.__version__}
+    finally:
+        free_memory()
+
+
+def micro_sweep(steps: int, warmup: int, budget_end: float) -> dict:
+    """The plain loop at growing micro-batches until one does not fit (or the time budget ends)."""
+    import torch
+
+    tried, fits = [], None
+    micro = 2 * MICRO
+    while time.monotonic() < budget_end - 60 and micro <= RUN["max_micro"]:
+        print(f"llm_bench: micro-batch {micro}", file=sys.stderr, flush=True)
+        try:
+            row = {"status": "ok", **plain_loop(micro, steps, warmup)}
+            fits = micro
+        except torch.OutOfMemoryError as exc:
+            row = {"status": "oom", "micro_batch_size": micro, "error": str(exc).splitlines()[0][:300],
+                   "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+        free_memory()
+        tried.append(row)
+        if row["status"] != "ok":
+            break
+        micro *= 2
+    return {"name": "micro", "status": "ok" if tried else "skipped (time budget)", "largest_fitting": fits,
+            "tried": tried}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    parser.add_argument("--only", default=",".join(POINTS), help="comma list of: " + ", ".join(POINTS))
+    parser.add_argument("--steps", type=int, default=30, help="measured iterations per point")
+    parser.add_argument("--warmup", type=int, default=8, help="warm-up iterations (compilation) per point")
+    parser.add_argument("--budget", type=float, default=float(os.environ.get("LLM_BENCH_BUDGET_S", "570")),
+                        help="seconds for all points (the device tool allows 600 per command)")
+    parser.add_argument("--self-check", action="store_true", help="run on the CPU with the smoke model")
+    args = parser.parse_args()
+    import torch
+
+    if args.self_check or not torch.cuda.is_available():
+        global MICRO, VOCAB
+        print("llm_bench: no GPU (or --self-check): checking the script on the CPU with the smoke model",
+              file=sys.stderr)
+        MODEL.update(SELF_CHECK["model"])
+        MICRO, VOCAB = SELF_CHECK["micro"], SELF_CHECK["vocab"]
+        RUN.update(device="cpu", compile=False, caraml=SELF_CHECK["caraml"], max_micro=SELF_CHECK["max_micro"])
+        args.steps, args.warmup = min(args.steps, 4), min(args.warmup, 2)
+    only = [n for n in args.only.split(",") if n]
+    unknown = [n for n in only if n not in POINTS]
+    if unknown:
+        sys.exit(f"llm_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    end = time.monotonic() + args.budget
+    rows: list[dict] = []
+
+    def save():
+        by = {r["name"]: r for r in rows}
+        if by.get("caraml", {}).get("tokens_per_s") and by.get("plain", {}).get("tokens_per_s"):
+            by["caraml"]["ratio_to_plain"] = by["caraml"]["tokens_per_s"] / by["plain"]["tokens_per_s"]
+        summary = {"date": time.strftime("%Y-%m-%d"), "model": {**MODEL, "vocab_size": VOCAB,
+                   "padded_vocab_size": sizes.padded_vocab(VOCAB), "micro_batch_size": MICRO},
+                   "flops_per_token": flops_per_token(), "flops_convention": sizes.FLOPS_CONVENTION,
+                   "peak_tflops": PEAK_TFLOPS, "rows": rows}
+        (out / "llm_bench.json").write_text(json.dumps(summary, indent=1))
+
+    for name in only:
+        left = end - time.monotonic()
+        if left < 60:
+            rows.append({"name": name, "status": "skipped (time budget)"})
+            continue
+        if name == "caraml":
+            rows.append(caraml_point(name, ["recompute=none"], out, args.steps, args.warmup, left))
+        elif name == "caraml_selective":
+            rows.append(caraml_point(name, ["recompute=selective"], out, args.steps, args.warmup, left))
+        elif name == "plain":
+            rows.append(plain_point(args.steps, args.warmup))
+        else:
+            rows.append(micro_sweep(max(3, args.steps // 6), max(3, args.warmup // 2), end))
+        save()
+
+    print(f"{'point':<18} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} {'ratio':>6} {'peak GiB':>8} "
+          f"{'compile s':>9} {'wall s':>6}")
+    for r in rows:
+        def f(key, fmt):
+            v = r.get(key)
+            return format(v, fmt) if isinstance(v, (int, float)) else "-"
+        print(f"{r['name']:<18} {r['status'][:8]:<8} {f('tokens_per_s', '10.0f')} {f('tflops_6n', '8.1f')} "
+              f"{f('mfu', '6.3f')} {f('ratio_to_plain', '6.3f')} {f('peak_memory_gib', '8.1f')} "
+              f"{f('compile_s', '9.1f')} {f('wall_s', '6.0f')}")
+        for t in r.get("tried", []):
+            print(f"  micro {t['micro_batch_size']:<4} {t['status']:<8} {format(t.get('tokens_per_s') or 0, '10.0f')} "
+                  f"{format(t.get('tflops_6n') or 0, '8.1f')} {format(t.get('mfu') or 0, '6.3f')} {'':>6} "
+                  f"{format(t.get('peak_memory_gib') or 0, '8.1f')}")
+        if r.get("error") and r["status"] != "ok":
+            print("   ", str(r["error"])[-800:])
+    print(f"llm_bench: wrote {out / 'llm_bench.json'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

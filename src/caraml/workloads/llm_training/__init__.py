@@ -1,0 +1,165 @@
+"""GPT pre-training, Megatron's recipe in plain PyTorch (CARAML's llm_training): tensor, pipeline and data
+parallelism, sequence parallelism, activation recompute, fp16/bf16 with fp32 master weights.
+
+This module only declares the workload (parameters, presets, layout checks, result columns) and imports
+no torch; model.py, parallel.py and train.py are loaded when a run builds the benchmark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from caraml.errors import BadInput
+from caraml.params import Param
+from caraml.workloads import Col, Workload, register
+
+PARAMS = [
+    Param("model_size", str, "800M", "label of the model shape (CARAML's 800M, 13B, 175B; 117M GPT-2; smoke; custom)",
+          choices=("smoke", "117M", "800M", "13B", "175B", "custom")),
+    Param("num_layers", int, 16, "transformer layers", minimum=1),
+    Param("hidden_size", int, 2048, "model width", minimum=1),
+    Param("num_attention_heads", int, 16, "attention heads", minimum=1),
+    Param("ffn_hidden_size", int, 0, "MLP width (0: 4 x hidden_size)", minimum=0),
+    Param("seq_length", int, 2048, "tokens per sample", minimum=1),
+    Param("max_position_embeddings", int, 2048, "positions the model knows (>= seq_length)", minimum=1),
+    Param("vocab_size", int, 50257, "vocabulary (GPT-2's); padded to a multiple of 128 x tp as Megatron does",
+          minimum=2),
+    Param("position", str, "rope", "rope (rotary, CARAML's) or learned absolute position embeddings",
+          choices=("rope", "learned")),
+    Param("activation", str, "gelu", "MLP activation: gelu, or swiglu (gated)", choices=("gelu", "swiglu")),
+    Param("init_std", float, 0.0048, "standard deviation of the initial weights (CARAML's 0.0048)", minimum=0.0),
+    Param("micro_batch_size", int, 4, "samples per forward/backward on one replica", minimum=1),
+    Param("grad_accumulation", int, 1, "micro-batches per iteration on each replica (the pipeline's micro-batches)",
+          minimum=1),
+    Param("global_batch_size", int, 0, "samples per iteration over all replicas: dp x micro_batch_size x "
+          "grad_accumulation; 0 derives it, a given value must equal it", minimum=0),
+    Param("tp", int, 1, "tensor-parallel size", minimum=1),
+    Param("pp", int, 1, "pipeline-parallel size (1F1B schedule over the micro-batches)", minimum=1),
+    Param("sequence_parallel", bool, True, "norms and residuals on sequence shards (takes effect with tp > 1)"),
+    Param("loss_parallel", bool, True, "cross-entropy on vocabulary-sharded logits (takes effect with tp > 1)"),
+    Param("recompute", str, "selective", "activation recompute: none, selective (the attention core), full "
+          "(each block)", choices=("none", "selective", "full")),
+    Param("distributed_optimizer", bool, True, "shard parameters, gradients and optimizer state over the "
+          "data-parallel replicas (FSDP2); off: DDP (all-reduce of gradients)"),
+    Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master "
+          "weights", choices=("fp32", "fp16", "bf16")),
+    Param("compile", bool, False, "torch.compile each transformer block"),
+    Param("data", str, "synthetic", "synthetic tokens made on the device, or oscar (a Megatron .bin/.idx)",
+          choices=("synthetic", "oscar")),
+    Param("data_path", str, "", "data=oscar: prefix of the .bin/.idx (default: $CARAML_DATA/oscar_text_document)"),
+    Param("lr", float, 1e-4, "peak learning rate (AdamW, betas 0.9/0.999, eps 1e-8)", minimum=0.0),
+    Param("min_lr", float, 1e-5, "learning rate at the end of the cosine decay", minimum=0.0),
+    Param("lr_warmup_samples", int, 216_320, "linear warm-up, in samples", minimum=0),
+    Param("lr_decay_samples", int, 128_953_125, "cosine decay to min_lr, in samples", minimum=1),
+    Param("weight_decay", float, 0.1, "AdamW weight decay (not on biases and norms)", minimum=0.0),
+    Param("clip_grad", float, 1.0, "clip gradients to this global norm (0: off)", minimum=0.0),
+]
+
+# CARAML's runs: Megatron with rope, selective recompute, sequence parallelism, the distributed optimizer, seed 42.
+_CARAML = {"seq_length": 2048, "max_position_embeddings": 2048, "position": "rope", "recompute": "selective",
+           "sequence_parallel": True, "distributed_optimizer": True, "seed": 42}
+
+PRESETS = {
+    # Trains on a CPU in seconds; the loss falls within ten steps.
+    "smoke": {"model_size": "smoke", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "seq_length": 64, "max_position_embeddings": 64, "vocab_size": 500, "micro_batch_size": 2,
+              "grad_accumulation": 1, "precision": "fp32", "recompute": "none", "lr": 3e-3, "min_lr": 3e-4,
+              "lr_warmup_samples": 0, "lr_decay_samples": 10_000, "warmup_steps": 2, "measure_steps": 10,
+              "seed": 42},
+    # GPT-2 small, the model of CARAML's IPU benchmark (micro-batch 1, 128 micro-batches per iteration).
+    "117M": {"model_size": "117M", "num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+             "seq_length": 1024, "max_position_embeddings": 1024, "position": "learned", "micro_batch_size": 1,
+             "grad_accumulation": 128, "precision": "fp16", "lr": 1.5e-4, "seed": 42},
+    "800M": {**_CARAML, "model_size": "800M", "num_layers": 16, "hidden_size": 2048, "num_attention_heads": 16,
+             "ffn_hidden_size": 0, "micro_batch_size": 4, "grad_accumulation": 1, "tp": 1, "pp": 1,
+             "precision": "fp16"},
+    "13B": {**_CARAML, "model_size": "13B", "num_layers": 40, "hidden_size": 5120, "num_attention_heads": 32,
+            "ffn_hidden_size": 20480, "micro_batch_size": 2, "grad_accumulation": 64, "tp": 2, "pp": 2,
+            "precision": "fp16"},
+    "175B": {**_CARAML, "model_size": "175B", "num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
+             "ffn_hidden_size": 0, "micro_batch_size": 2, "grad_accumulation": 64, "tp": 8, "pp": 8,
+             "precision": "bf16"},
+}
+
+
+def layout_problem(p: dict[str, Any], devices: int) -> str | None:
+    """What makes this model and batch impossible on `devices` processes, in one line; None when it fits."""
+    tp, pp = p["tp"], p["pp"]
+    if devices % (tp * pp):
+        return f"tp*pp = {tp}*{pp} = {tp * pp} does not divide the {devices} devices"
+    dp = devices // (tp * pp)
+    heads, hidden, layers = p["num_attention_heads"], p["hidden_size"], p["num_layers"]
+    if hidden % heads:
+        return f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}"
+    if heads % tp:
+        return f"num_attention_heads={heads} is not a multiple of tp={tp} (each rank needs whole heads)"
+    ffn = p["ffn_hidden_size"] or 4 * hidden
+    if ffn % tp:
+        return f"ffn_hidden_size={ffn} is not a multiple of tp={tp}"
+    if layers % pp:
+        return f"num_layers={layers} is not a multiple of pp={pp} (equal pipeline stages)"
+    if pp > 1 and p["grad_accumulation"] < pp:
+        return (f"grad_accumulation={p['grad_accumulation']} micro-batches cannot fill a pipeline of pp={pp} "
+                f"stages; use grad_accumulation >= {pp}")
+    if p["position"] == "rope" and (hidden // heads) % 2:
+        return f"position=rope needs an even head size; hidden_size/num_attention_heads = {hidden // heads}"
+    if p["seq_length"] > p["max_position_embeddings"]:
+        return (f"seq_length={p['seq_length']} exceeds max_position_embeddings={p['max_position_embeddings']}")
+    if p["sequence_parallel"] and tp > 1 and p["seq_length"] % tp:
+        return f"sequence_parallel needs seq_length={p['seq_length']} to be a multiple of tp={tp}"
+    derived = dp * p["micro_batch_size"] * p["grad_accumulation"]
+    if p["global_batch_size"] and p["global_batch_size"] != derived:
+        return (f"global_batch_size={p['global_batch_size']} is not dp x micro_batch_size x grad_accumulation = "
+                f"{dp} x {p['micro_batch_size']} x {p['grad_accumulation']} = {derived}; give global_batch_size=0 or "
+                f"grad_accumulation={max(1, p['global_batch_size'] // max(1, dp * p['micro_batch_size']))}")
+    return None
+
+
+def dims(p: dict[str, Any], world: int):
+    from caraml.bench import ParallelDims
+
+    problem = layout_problem(p, world)
+    if problem:
+        raise BadInput(f"llm_training: {problem}")
+    return ParallelDims.split(world, p["tp"], p["pp"])
+
+
+def check_device(p: dict[str, Any], device) -> None:
+    """Before anything starts: the precision runs on this device, and data=oscar finds its reader and files."""
+    import os
+
+    from caraml.workloads.image_classification import check_precision
+
+    check_precision(p["precision"], device)
+    if p["data"] == "oscar":
+        from caraml.workloads.llm_training.data import check_indexed
+
+        check_indexed(p, os.environ.get("CARAML_DATA"))
+
+
+def build(p: dict[str, Any], ctx):
+    from caraml.workloads.llm_training.train import GPTBench
+
+    return GPTBench(p, ctx)
+
+
+WORKLOAD = register(Workload(
+    name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build,
+    check_device=check_device, check_launch=layout_problem, dims=dims,
+    description="GPT pre-training, Megatron's recipe in PyTorch (tensor, pipeline, data parallel)",
+    # CARAML's columns, then ours (MFU, Tokens/Wh, ...)
+    columns=("system", Col("model_size", "ModelSize", "param:model_size"), "nodes", "devices", "global_batch_size",
+             Col("pp", "PipelineParallel", "param:pp", "int"), Col("tp", "TensorParallel", "param:tp", "int"),
+             Col("dp", "DataParallel", "shared:dp"),
+             Col("iterations", "Iterations", "metric:measured_steps", "int"),
+             Col("time_per_iteration_s", "Time/iteration(s)", "shared:time_per_iteration_s"),
+             Col("throughput", "Tokens/second", "metric:throughput.value", "num"),
+             Col("tflops_caraml_per_device", "Avg_TFLOPs/GPU", "metric:tflops_caraml_per_device", "num"),
+             "energy_wh", "ours",
+             Col("micro_batch_size", "MicroBatchSize", "param:micro_batch_size", "int", default=False),
+             Col("grad_accumulation", "GradAccumulation", "param:grad_accumulation", "int", default=False),
+             Col("seq_length", "SeqLength", "param:seq_length", "int", default=False),
+             Col("precision", "Precision", "param:precision", default=False)),
+    metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
+             "parameters", "padded_vocab_size", "loss_scale", "parallel_setup"),
+))

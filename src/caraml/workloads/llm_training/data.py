@@ -1,0 +1,107 @@
+"""Token batches: each data-parallel replica gets its own slice of the same global batch.
+
+Sample j of the global batch of iteration i is the same sample whatever the layout, so a run on
+dp x tp x pp processes trains on exactly the numbers a single process trains on (in a different order
+of summation). Replica r takes samples [r*n, (r+1)*n) of each global batch, n = micro x accumulation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from caraml.errors import BadInput
+
+SYNTHETIC_BATCHES = 2  # distinct global batches, alternated (as image_classification's synthetic data)
+ROWS_PER_DRAW = 256  # the random tokens are drawn in chunks of global rows, the same chunks in every layout
+
+
+class SyntheticTokens:
+    """Random tokens made on the device from a seeded generator: two global batches, only this replica's rows kept."""
+
+    def __init__(self, p: dict[str, Any], global_batch: int, dp_rank: int, device: torch.device, seed: int):
+        n = _local_rows(p)  # rows of this replica
+        lo, hi = dp_rank * n, (dp_rank + 1) * n
+        gen = torch.Generator(device=device).manual_seed(seed + 7919)
+        self.batches = []
+        for _ in range(SYNTHETIC_BATCHES):
+            kept = []
+            for start in range(0, global_batch, ROWS_PER_DRAW):
+                rows = min(ROWS_PER_DRAW, global_batch - start)
+                draw = torch.randint(0, p["vocab_size"], (rows, p["seq_length"] + 1), device=device, generator=gen)
+                a, b = max(lo, start), min(hi, start + rows)
+                if a < b:
+                    kept.append(draw[a - start:b - start])
+            tokens = torch.cat(kept)
+            self.batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+        self.iteration = 0
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = self.batches[self.iteration % len(self.batches)]
+        self.iteration += 1
+        return batch
+
+
+class IndexedTokens:
+    """Samples of a Megatron indexed dataset (.bin/.idx) through caraml.data.megatron.GPTSamples."""
+
+    def __init__(self, p: dict[str, Any], prefix: str, global_batch: int, dp_rank: int, device: torch.device,
+                 seed: int):
+        self.samples = _reader()(prefix, p["seq_length"], seed)
+        if len(self.samples) == 0:
+            raise BadInput(f"data=oscar: {prefix} holds no sample of {p['seq_length'] + 1} tokens")
+        self.rows = _local_rows(p)
+        self.global_batch, self.dp_rank, self.device = global_batch, dp_rank, device
+        self.iteration = 0
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        import numpy as np
+
+        first = self.iteration * self.global_batch + self.dp_rank * self.rows
+        rows = [np.asarray(self.samples[(first + j) % len(self.samples)], dtype=np.int64) for j in range(self.rows)]
+        tokens = torch.from_numpy(np.stack(rows))
+        if self.device.type == "cuda":
+            tokens = tokens.pin_memory().to(self.device, non_blocking=True)
+        self.iteration += 1
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def _reader():
+    try:
+        from caraml.data.megatron import GPTSamples
+    except ImportError as exc:
+        raise BadInput(f"data=oscar needs caraml.data.megatron, which cannot be imported here ({exc}); "
+                       "use data=synthetic") from None
+    return GPTSamples
+
+
+def check_indexed(p: dict[str, Any], data_root: str | None) -> None:
+    """The reader imports and the .bin/.idx pair exists (checked before a run starts)."""
+    prefix = default_prefix(p, data_root)
+    missing = [prefix + ext for ext in (".bin", ".idx") if not os.path.isfile(prefix + ext)]
+    if missing:
+        raise BadInput(f"data=oscar: {missing[0]} does not exist; give data_path=PREFIX of the .bin/.idx pair "
+                       "(e.g. made by `caraml data prepare`) or set CARAML_DATA")
+    _reader()
+
+
+def _local_rows(p: dict[str, Any]) -> int:
+    return p["micro_batch_size"] * p["grad_accumulation"]
+
+
+def default_prefix(p: dict[str, Any], data_root: str | None) -> str:
+    if p["data_path"]:
+        return p["data_path"]
+    if not data_root:
+        raise BadInput("data=oscar needs data_path=PREFIX (of PREFIX.bin/.idx) or CARAML_DATA set to the folder "
+                       "holding oscar_text_document.bin/.idx")
+    return os.path.join(data_root, "oscar_text_document")
+
+
+def make(p: dict[str, Any], global_batch: int, dp_rank: int, device: torch.device, seed: int,
+         data_root: str | None):
+    if p["data"] == "synthetic":
+        return SyntheticTokens(p, global_batch, dp_rank, device, seed)
+    return IndexedTokens(p, default_prefix(p, data_root), global_batch, dp_rank, device, seed)

@@ -1,0 +1,221 @@
+"""GPT in the shape of Megatron's (and nanoGPT/torchtitan's code): pre-LayerNorm blocks, separate q/k/v
+projections (so tensor parallelism can split them by heads), SDPA causal attention (flash/cuDNN kernels on
+GPUs), GELU or SwiGLU MLP, learned or rotary positions, output layer tied to the token embedding.
+
+A model can hold only some of its layers (a pipeline stage): `GPT(cfg, layers=range(a, b), first=..., last=...)`.
+Layers live in a ModuleDict keyed by their global index, so parameter names are the same in every layout;
+weights are initialised from a generator seeded by (seed, parameter name), so every layout (tp, pp, dp)
+starts from the same numbers as a single process.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from caraml.workloads.llm_training import sizes
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    seq_length: int
+    max_positions: int
+    vocab_size: int  # padded
+    position: str = "rope"  # learned | rope
+    activation: str = "gelu"  # gelu | swiglu
+    init_std: float = 0.0048
+    recompute: str = "none"  # none | selective (attention core) | full (each block)
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any], tp: int = 1) -> "GPTConfig":
+        return cls(num_layers=p["num_layers"], hidden_size=p["hidden_size"], num_heads=p["num_attention_heads"],
+                   ffn_hidden_size=sizes.ffn_size(p), seq_length=p["seq_length"],
+                   max_positions=p["max_position_embeddings"], vocab_size=sizes.padded_vocab(p["vocab_size"], tp),
+                   position=p["position"], activation=p["activation"], init_std=p["init_std"],
+                   recompute=p["recompute"])
+
+
+# rotary positions ---------------------------------------------------------------------------------------------
+def rope_cache(cfg: GPTConfig, device=None) -> torch.Tensor:
+    """cos and sin of the rotation angles, (2, positions, head_dim), non-interleaved halves (GPT-NeoX/Megatron)."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_base ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+    angles = torch.outer(torch.arange(cfg.max_positions, device=device, dtype=torch.float32), inv)
+    angles = torch.cat((angles, angles), dim=-1)
+    return torch.stack((angles.cos(), angles.sin()))
+
+
+def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """x: (batch, heads, seq, head_dim)."""
+    seq = x.shape[2]
+    cos, sin = rope[0, :seq], rope[1, :seq]
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return (x.float() * cos + rotated.float() * sin).type_as(x)
+
+
+# blocks -------------------------------------------------------------------------------------------------------
+def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        h = cfg.hidden_size
+        self.head_dim = cfg.head_dim
+        self.wq, self.wk, self.wv = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        self.wo = nn.Linear(h, h)
+        self.recompute_core = cfg.recompute == "selective"
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        batch, seq = x.shape[0], x.shape[1]  # the full sequence, also under sequence parallelism
+        # -1 heads: under tensor parallelism each rank holds num_heads / tp of them
+        q, k, v = (w(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        if rope is not None:
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if self.recompute_core and torch.is_grad_enabled():
+            y = checkpoint(core_attention, q, k, v, use_reentrant=False)
+        else:
+            y = core_attention(q, k, v)
+        return self.wo(y.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        h, f = cfg.hidden_size, cfg.ffn_hidden_size
+        self.swiglu = cfg.activation == "swiglu"
+        self.w1 = nn.Linear(h, f)
+        self.w3 = nn.Linear(h, f) if self.swiglu else None  # the gate
+        self.w2 = nn.Linear(f, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.w2(F.silu(self.w3(x)) * self.w1(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg)
+        self.recompute_block = cfg.recompute == "full"
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        if self.recompute_block and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, rope, use_reentrant=False)
+        return self._forward(x, rope)
+
+    def _forward(self, x, rope):
+        x = x + self.attn(self.attn_norm(x), rope)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Embedding(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.pos = nn.Embedding(cfg.max_positions, cfg.hidden_size) if cfg.position == "learned" else None
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        return x
+
+
+class GPT(nn.Module):
+    """The whole model, or one pipeline stage of it: the first stage embeds tokens, the last one returns logits."""
+
+    def __init__(self, cfg: GPTConfig, layers: Iterable[int] | None = None, first: bool = True, last: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg) if first else None
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in (range(cfg.num_layers) if layers is None else layers)})
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps) if last else None
+        self.output = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if last else None
+        if first and last:
+            self.tie_weights()
+        self.register_buffer("rope", rope_cache(cfg) if cfg.position == "rope" else None, persistent=False)
+
+    def tie_weights(self) -> None:
+        self.output.weight = self.embed.tok.weight
+
+    def reset_rope(self) -> None:
+        """Recompute the rotary table (after the model was materialised from the meta device)."""
+        if self.rope is not None:
+            self.rope = rope_cache(self.cfg, device=self.rope.device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x) if self.embed is not None else x
+        for layer in self.layers.values():
+            h = layer(h, self.rope)
+        if self.norm is not None:
+            h = self.output(self.norm(h))
+        return h
+
+
+# initialisation -----------------------------------------------------------------------------------------------
+def _seed(seed: int, name: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 63)
+
+
+def canonical_name(name: str) -> str:
+    """The parameter's name in the whole model; an untied output copy (last pipeline stage) is the embedding."""
+    name = name.replace("_orig_mod.", "").replace("_checkpoint_wrapped_module.", "")
+    return "embed.tok.weight" if name == "output.weight" else name
+
+
+@torch.no_grad()
+def init_weights(module: nn.Module, cfg: GPTConfig, seed: int, prefix: str = "") -> None:
+    """Megatron's initialisation: normal(0, init_std) for weights, init_std / sqrt(2 L) for the projections into
+    the residual stream (wo, w2), zero biases, unit norms; each parameter from its own generator."""
+    out_std = cfg.init_std / math.sqrt(2.0 * cfg.num_layers)
+    for name, param in module.named_parameters():
+        full = canonical_name(prefix + name)
+        if "norm" in full:
+            param.fill_(1.0 if full.endswith("weight") else 0.0)
+        elif full.endswith("bias"):
+            param.zero_()
+        else:
+            gen = torch.Generator(device=param.device).manual_seed(_seed(seed, full))
+            std = out_std if full.endswith(("wo.weight", "w2.weight")) else cfg.init_std
+            param.normal_(0.0, std, generator=gen)
+
+
+def count_flops_per_token(cfg: GPTConfig, batch: int = 2) -> float:
+    """Training FLOPs per token counted by torch.utils.flop_counter on one forward + backward on the meta device
+    (no memory, no compute): an independent check of sizes.flops_per_token. On the meta device SDPA runs as
+    plain matrix products, so attention is counted in full (causal masking not halved); recomputation is off."""
+    from dataclasses import replace
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = replace(cfg, recompute="none")
+    with torch.device("meta"):
+        model = GPT(cfg)
+        tokens = torch.zeros(batch, cfg.seq_length, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(tokens).float().sum().backward()
+    return counter.get_total_flops() / (batch * cfg.seq_length)
