@@ -7,6 +7,7 @@ stops cleanly at SIGTERM, SIGINT or SIGUSR2 (SLURM's warning signal), keeping wh
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -54,6 +55,10 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
     m.phase = "warmup"
     if monitor:
         monitor.mark("warmup")
+    # Everything built so far lives for the whole run: keep it out of the garbage collector's full scans, which
+    # otherwise grow with the size of the imported libraries and stall launch-bound steps (timeit's reasoning).
+    gc.collect()
+    gc.freeze()
     say(f"warm-up: {p['warmup_steps']} steps", dist)
     if _stop_agreed(stop, dist, m, every=1):  # a stop that came while the benchmark was being built
         return

@@ -43,7 +43,10 @@ PARAMS = [
           "data-parallel replicas (FSDP2); off: DDP (all-reduce of gradients)"),
     Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master "
           "weights", choices=("fp32", "fp16", "bf16")),
-    Param("compile", bool, False, "torch.compile each transformer block"),
+    Param("compile", bool, False, "torch.compile the model (compile_scope says what is one graph)"),
+    Param("compile_scope", str, "model", "model: forward and loss as one graph (head and cross-entropy fused), "
+          "where tp = pp = 1; block: each transformer block on its own (any layout; the fallback)",
+          choices=("model", "block")),
     Param("data", str, "synthetic", "synthetic tokens made on the device, or oscar (a Megatron .bin/.idx)",
           choices=("synthetic", "oscar")),
     Param("data_path", str, "", "data=oscar: prefix of the .bin/.idx (default: $CARAML_DATA/oscar_text_document)"),

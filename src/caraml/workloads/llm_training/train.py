@@ -87,11 +87,16 @@ class GPTBench:
         self.micro = p["micro_batch_size"]
 
         torch.manual_seed(ctx.seed)
-        model = parallel.build_stage(self.cfg, self.lay, device, ctx.seed, p["compile"])
+        # One graph for forward + loss needs a plain module: no tensor or pipeline split.
+        self.compile_scope = None
+        if p["compile"]:
+            self.compile_scope = "model" if p["compile_scope"] == "model" and dims.tp == dims.pp == 1 else "block"
+        model = parallel.build_stage(self.cfg, self.lay, device, ctx.seed, self.compile_scope == "block")
         self.model = parallel.apply_data_parallel(model, self.lay, device)
         self.tied = parallel.tied_weight(self.model, self.lay)  # after FSDP2, which replaces the parameters
         self.tied_group = parallel.tied_embedding_group(self.lay) if self.distributed else None
         self.params = [q for q in self.model.parameters() if q.requires_grad]
+        self.forward_loss = torch.compile(self._forward_loss) if self.compile_scope == "model" else self._forward_loss
         self.optimizer = self._optimizer()
         self.schedule = self._pipeline() if dims.pp > 1 else None
 
@@ -180,10 +185,13 @@ class GPTBench:
         for i in range(n):
             last = i == n - 1
             with self._grad_sync(last):
-                loss = loss_fn(self.model(x[i * m:(i + 1) * m]), y[i * m:(i + 1) * m])
+                loss = self.forward_loss(x[i * m:(i + 1) * m], y[i * m:(i + 1) * m])
                 (loss * (self._scale() / n)).backward()
             total += _local(loss.detach())
         return total / n
+
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return loss_fn(self.model(x), y)
 
     def _grad_sync(self, last: bool):
         """Reduce gradients over replicas only after the last micro-batch."""
@@ -287,6 +295,7 @@ class GPTBench:
                                "loss_parallel": self.lay.loss_parallel, "pipeline_schedule":
                                    "1F1B" if self.schedule is not None else None,
                                "micro_batches": self.accumulation},
+            "compile_scope": self.compile_scope,
         }
 
     def close(self) -> None:
