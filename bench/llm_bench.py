@@ -40,6 +40,7 @@ MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_atten
 MICRO = 4
 VOCAB = 50257
 POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big")
+ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
 BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
 # the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
 SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
@@ -63,7 +64,7 @@ def rates(tokens_per_s: float | None) -> dict:
 # caraml run, one process per point --------------------------------------------------------------------------------
 def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int, timeout: float,
                  micro: int | None = None) -> dict:
-    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *RUN["caraml"], "precision=bf16",
+    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *RUN["caraml"], "precision=bf16", f"attention={ATTENTION}",
            f"micro_batch_size={micro or MICRO}", f"warmup_steps={warmup}", f"measure_steps={steps}", *extra,
            "--results", str(out / "results"), "--json"]
     env = dict(os.environ)
@@ -127,9 +128,11 @@ def plain_loop(micro: int, steps: int, warmup: int) -> dict:
         tokens = torch.randint(0, VOCAB, (micro, cfg.seq_length + 1), device=device)
         batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
 
+    from caraml.workloads.llm_training.model import attention_kernels
+
     def step(i):
         x, y = batches[i % 2]
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16), attention_kernels(ATTENTION):
             loss = forward_loss(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)

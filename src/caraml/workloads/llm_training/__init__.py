@@ -44,6 +44,8 @@ PARAMS = [
     Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master "
           "weights", choices=("fp32", "fp16", "bf16")),
     Param("compile", bool, False, "torch.compile the model (compile_scope says what is one graph)"),
+    Param("attention", str, "auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
+          choices=("auto", "cudnn", "flash", "efficient", "math")),
     Param("compile_scope", str, "model", "model: forward and loss as one graph (head and cross-entropy fused), "
           "where tp = pp = 1; block: each transformer block on its own (any layout; the fallback)",
           choices=("model", "block")),

@@ -72,6 +72,28 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
 
 
 # blocks -------------------------------------------------------------------------------------------------------
+ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+
+
+def attention_kernels(choice: str):
+    """A context (made anew per use) that makes SDPA prefer one kernel: `cudnn` puts cuDNN's fused attention first
+    (faster than flash on Hopper), the others fall back in PyTorch's order; `auto` is PyTorch's own choice."""
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if choice == "auto":
+        return nullcontext()
+    first = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[choice]
+    order = [first] + [b for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                                   SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH) if b != first]
+    try:
+        return sdpa_kernel(order, set_priority=True)
+    except TypeError:  # torch without set_priority: only the chosen kernel and the math fallback
+        return sdpa_kernel([first, SDPBackend.MATH])
+
+
 def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 

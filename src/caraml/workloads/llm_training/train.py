@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from caraml.bench import BenchInfo, ParallelDims, RunContext
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import parallel, sizes
-from caraml.workloads.llm_training.model import GPTConfig
+from caraml.workloads.llm_training.model import GPTConfig, attention_kernels
 from caraml.workloads.llm_training.scaler import LossScaler
 
 ADAM_BETAS = (0.9, 0.999)
@@ -170,7 +170,7 @@ class GPTBench:
             from torch.distributed.tensor.parallel import loss_parallel
 
             loss_ctx = loss_parallel()
-        with self.autocast(), loss_ctx:
+        with self.autocast(), loss_ctx, attention_kernels(self.p["attention"]):
             loss = self._pipeline_step(x, y) if self.schedule is not None else self._accumulate(x, y)
         if self.lay.dp_mode == "allreduce":
             parallel.all_reduce_gradients(self.params, self.lay.group("dp"))
