@@ -30,8 +30,10 @@ IPU_RUN = "llm_training/llm_benchmark_ipu_run"
 FNO = "operator_benchmark/fno_benchmark.yaml"
 FNO_RUN = "operator_benchmark/fno_benchmark_run"
 
-IC_COLUMNS = ["System", "Model", "Nodes", "Devices", "GlobalBatchSize", "BatchSize/Device", "Precision", "Compiler",
-              "CompileMode", "ChannelsLast", "Images/s", "Energy Wh", "Images/Wh", "MFU", "Status"]
+IC_COLUMNS = ["JobID", "System", "Version", "Queue", "Runtime(s)", "Model", "Dataset", "Nodes", "Devices", "Tasks/Node",
+              "Threads/Task", "Workers", "GlobalBatchSize", "BatchSize/Device", "Epoch", "Precision", "Images/second",
+              "EnergyFile", "Compiler", "CompilerMode", "TrainOptim", "ChannelsLast", "Images/s", "Energy Wh",
+              "Images/Wh", "MFU", "Status"]
 
 
 @pytest.fixture
@@ -85,6 +87,8 @@ def test_image_classification_on_cpu_run_continue_result(tree):
     for r in rows:
         assert (r["System"], r["Model"], r["Nodes"], r["Devices"], r["Status"]) == ("CPU", "resnet18", "1", "1", "ok")
         assert (r["Precision"], r["Compiler"], r["ChannelsLast"]) == ("fp32", "none", "false")
+        assert (r["Tasks/Node"], r["Threads/Task"], r["Workers"], r["Dataset"]) == ("1", "2", "0", "Synthetic(Device)")
+        assert r["JobID"] == r["Images/second"] == "" and float(r["Runtime(s)"]) > 0  # local; steady state only
         assert float(r["Images/s"]) > 0
 
     # The same runs are in caraml's store of this JUBE run, with the numbers JUBE shows.
