@@ -211,6 +211,8 @@ def _declared(col) -> Column:
         value = _m(r).get(key)
         return _value(value) if sub == "value" else _num(value) if col.style != "text" else value
 
+    if kind == "metric" and col.style == "word":  # a word, not a number: the representative run's
+        return run_column(col.key, col.header, lambda r: _m(r).get(key), "text", col.default)
     if kind == "metric":
         return metric(col.key, col.header, get, col.style if col.style != "text" else "num", col.default)
     raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME nor metric:KEY")

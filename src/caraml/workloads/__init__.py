@@ -22,7 +22,8 @@ _REGISTERED: dict[str, "Workload"] = {}
 @dataclass(frozen=True)
 class Col:
     """A result column a workload declares: a parameter (`param:NAME`) or one of its metrics (`metric:KEY`,
-    `metric:KEY.value` for a {value, unit} metric). Style: text, int, num, pct, bool, gib."""
+    `metric:KEY.value` for a {value, unit} metric). Style: text, int, num, pct, bool, gib; word for a metric
+    that is text (shown from the configuration's representative run, not a median)."""
 
     key: str
     header: str

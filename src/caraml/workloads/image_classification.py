@@ -391,7 +391,7 @@ WORKLOAD = register(Workload(
              Col("queue", "Queue", "shared:queue", default=False),
              Col("runtime_s", "Runtime(s)", "shared:runtime_s", default=False),
              Col("model", "Model", "param:model"),
-             Col("dataset", "Dataset", "metric:dataset", default=False),
+             Col("dataset", "Dataset", "metric:dataset", "word", default=False),
              "nodes", "devices",
              Col("tasks_per_node", "Tasks/Node", "shared:tasks_per_node", default=False),
              Col("threads_per_task", "Threads/Task", "shared:threads_per_task", default=False),
