@@ -22,7 +22,7 @@ class Column:
     get: Callable[[Point], Any]
     style: str = "text"  # how a value is shown: text, int, num, pct, bool, gib
     config: bool = False  # part of the configuration (rows sort by these; comparisons match on them)
-    default: bool = True  # shown without --columns
+    default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
     param: str | None = None  # the workload parameter this column shows, if it shows one
 
 
@@ -261,9 +261,10 @@ def find(columns: list[Column], name: str) -> Column | None:
     return None
 
 
-def choose(columns: list[Column], names: list[str] | None, workload: str) -> list[Column]:
+def choose(columns: list[Column], names: list[str] | None, workload: str, points=()) -> list[Column]:
     if not names:
-        return [c for c in columns if c.default]
+        return [c for c in columns if c.default is True
+                or (c.default == "if-any" and any(c.get(p) is not None for p in points))]
     chosen = []
     for name in names:
         c = find(columns, name)

@@ -29,7 +29,7 @@ class Col:
     header: str
     source: str
     style: str = "text"
-    default: bool = True
+    default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
 
 
 @dataclass(frozen=True)

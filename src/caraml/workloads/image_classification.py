@@ -400,7 +400,7 @@ WORKLOAD = register(Workload(
              Col("batch_size", "BatchSize/Device", "param:batch_size", "int"),
              Col("epochs", "Epoch", "metric:epochs", "int", default=False),
              Col("precision", "Precision", "param:precision"),
-             Col("caraml_images_per_s", "Images/second", "metric:caraml_images_per_s.value"),
+             Col("caraml_images_per_s", "Images/second", "metric:caraml_images_per_s.value", default="if-any"),
              Col("energy_file", "EnergyFile", "shared:energy_file", default=False),
              Col("compile", "Compiler", "param:compile"),
              Col("compile_mode", "CompileMode", "param:compile_mode"),
