@@ -300,6 +300,96 @@ def test_caraml_columns_in_result(caraml_run, tmp_path):
     assert "Images/second" in header and "Images/s" in header and "JobID" not in header  # main ones by default
 
 
+def _bench(preset=None, **params):
+    import torch
+
+    from caraml.bench import RunContext
+    from caraml.distributed import DistContext
+    from caraml.runner import RunSpec, resolve_params
+    from caraml.workloads.image_classification import build
+
+    given = {"model": "resnet18", "image_size": 16, "batch_size": 2, "data": "synthetic-device", **params}
+    _, values = resolve_params(RunSpec("image_classification", {k: str(v) for k, v in given.items()}, preset=preset))
+    return build(values, RunContext(torch.device("cpu"), values["seed"], DistContext()))
+
+
+@pytest.mark.parametrize("precision, grad_scaler, expected", [
+    ("bf16", "caraml", (1.0, 100)), ("fp16", "caraml", (1.0, 100)),  # CARAML scales both, from 1
+    ("fp16", "fp16", (65536.0, 2000)), ("bf16", "fp16", None), ("fp32", "caraml", None)])
+def test_gradient_scaling_as_caraml(precision, grad_scaler, expected):
+    scaler = _bench(precision=precision, grad_scaler=grad_scaler).scaler
+    assert (None if scaler is None else (scaler.get_scale(), scaler.get_growth_interval())) == expected
+
+
+def test_caraml_preset_formats_the_model_only_and_steps_the_lr_per_epoch():
+    import torch
+
+    bench = _bench("caraml", precision="fp32")
+    assert (bench.memory_format, bench.input_format) == (torch.channels_last, torch.contiguous_format)
+    assert bench.extra_phase == "caraml-epochs" and bench.info.compiled  # TorchScript trace
+    group = bench.optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.01, 0.0, 0.0)
+    bench.close()
+    assert _bench().extra_phase is None
+
+    bench = _bench("caraml", precision="fp32", dataset_size=4, val_split=0.25, epochs=2, warmup_epochs=1,
+                   lr_step_epochs=1, workers=0)
+    bench.run_extra(lambda: False)
+    epochs = bench.details()["caraml_epochs"]
+    bench.close()
+    assert (epochs["epochs"], len(epochs["warmup_time_s"]), epochs["train_images"]) == (2, 1, 3)
+    assert epochs["last_lr"] == pytest.approx(0.01 * 0.1 ** 2)  # stepped after each measured epoch only
+
+
+# the harness's phase for a workload's own measurement --------------------------------------------------
+class _Marks:
+    def __init__(self):
+        self.marks = []
+
+    def mark(self, phase):
+        self.marks.append(phase)
+
+
+class _EpochsBench:
+    """Steps do nothing; the workload's own phase asks should_stop() after each of its 'epochs'."""
+
+    extra_phase = "caraml-epochs"
+
+    def __init__(self, stop=None, stop_after=None):
+        self.steps, self.epochs, self.stop, self.stop_after = 0, 0, stop, stop_after
+
+    def step(self):
+        self.steps += 1
+
+    def run_extra(self, should_stop):
+        for _ in range(5):
+            self.epochs += 1
+            if self.epochs == self.stop_after:
+                self.stop.signal = "SIGUSR2"  # as SLURM's warning signal would set it
+            if should_stop():
+                return
+
+
+def test_harness_runs_the_workloads_own_phase_after_the_window_and_stops_it():
+    import torch
+
+    from caraml.distributed import DistContext
+    from caraml.measure.harness import Measurement, StopRequested, run_steps
+
+    p = {"warmup_steps": 2, "measure_steps": 3, "measure_seconds": 0.0}
+    with StopRequested() as stop:
+        bench, m, monitor = _EpochsBench(), Measurement(), _Marks()
+        run_steps(bench, p, torch.device("cpu"), DistContext(), m, stop, monitor)
+    assert monitor.marks == ["warmup", "measure", "caraml-epochs", "done"]
+    assert (bench.steps, m.steps, bench.epochs, m.phase, m.stop_signal) == (5, 3, 5, "done", None)
+
+    with StopRequested() as stop:
+        bench, m, monitor = _EpochsBench(stop, stop_after=2), Measurement(), _Marks()
+        run_steps(bench, p, torch.device("cpu"), DistContext(), m, stop, monitor)
+    assert (bench.epochs, m.steps, m.phase, m.stop_signal) == (2, 3, "caraml-epochs", "SIGUSR2")
+    assert monitor.marks[-1] == "done"
+
+
 # the Graphcore path ------------------------------------------------------------------------------------
 def test_gc200_accumulation_and_precisions():
     from caraml.errors import BadInput

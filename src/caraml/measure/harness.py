@@ -88,7 +88,8 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
             break
     m.wall_s, m.step_times = clock.stop()
     _run_extra(bench, dist, m, stop, monitor)
-    m.phase = "done"
+    if m.stop_signal is None:  # a stopped run says in which phase it stopped
+        m.phase = "done"
     if monitor:
         monitor.mark("done")
 
