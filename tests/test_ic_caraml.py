@@ -141,37 +141,45 @@ def _moving_counter(base: Path, stop: threading.Event):
 
 @pytest.fixture(scope="module")
 def caraml_run(tmp_path_factory):
-    """One tiny run of the caraml preset (its epochs and CARAML's energy files) on a fake RAPL tree."""
+    """One tiny run of the caraml preset on two ranks (gloo) of one node with a fake RAPL tree: its epochs over
+    a DistributedSampler, every step's loss averaged over the ranks, and CARAML's energy files."""
+    import subprocess
+    import sys
+
     tmp = tmp_path_factory.mktemp("caraml-run")
     base = rapl_tree(tmp / "sys")
     stop = threading.Event()
     ticker = threading.Thread(target=_moving_counter, args=(base, stop), daemon=True)
     ticker.start()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29547", "-m",
+           "caraml", "run", "image_classification", "--preset", "caraml", "model=resnet18", "image_size=32",
+           "batch_size=2", "precision=fp32", "dataset_size=10", "val_split=0.2", "epochs=2", "warmup_epochs=1",
+           "workers=0", "warmup_steps=1", "measure_steps=2", "power=rapl", "power_interval_ms=50", "--system", "CPU",
+           "--results", str(tmp / "results"), "--json"]
     try:
-        proc = caraml("run", "image_classification", "--preset", "caraml", "model=resnet18", "image_size=32",
-                      "batch_size=4", "precision=fp32", "dataset_size=10", "val_split=0.2", "epochs=2",
-                      "warmup_epochs=1", "workers=0", "warmup_steps=1", "measure_steps=2", "power=rapl",
-                      "power_interval_ms=50", "--system", "CPU", "--results", tmp / "results", "--json",
-                      env=cli_env(CARAML_SYSFS_ROOT=tmp / "sys"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env=cli_env(CARAML_SYSFS_ROOT=tmp / "sys", OMP_NUM_THREADS=1))
     finally:
         stop.set()
         ticker.join()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout), tmp / "results"
+    [record] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]  # rank 0's
+    return record, tmp / "results"
 
 
 def test_caraml_preset_reports_the_epoch_convention_beside_the_steady_state(caraml_run):
     record, _ = caraml_run
     m = record["metrics"]
     assert record["status"] == "ok" and record["params"]["convention"] == "caraml-epochs"
+    assert (record["launch"]["world_size"], record["launch"]["nodes"]) == (2, 1)
     assert m["throughput"]["value"] > 0 and m["throughput_convention"].startswith("steady-state")
     caraml_figure = m["caraml_images_per_s"]
     assert caraml_figure["convention"].startswith("caraml-epochs") and caraml_figure["unit"] == "images/s"
     epochs = m["caraml_epochs"]
     assert (epochs["epochs"], epochs["warmup_epochs"], epochs["completed"]) == (2, 1, True)
-    assert (epochs["train_images"], epochs["val_images"]) == (8, 2)  # val_split held out (CARAML: a tenth)
+    assert (epochs["train_images"], epochs["val_images"]) == (8, 2)  # of all ranks; val_split held out
     assert len(epochs["epoch_time_s"]) == 2 and len(epochs["warmup_time_s"]) == 1
-    rates = [10 / t for t in epochs["epoch_time_s"]]  # dataset_size / epoch time, then the mean
+    rates = [10 / t for t in epochs["epoch_time_s"]]  # dataset_size (all ranks) / rank 0's epoch time, the mean
     assert caraml_figure["value"] == pytest.approx(sum(rates) / len(rates))
     assert epochs["last_lr"] == pytest.approx(0.01)  # StepLR(10, 0.1) has not stepped down in 2 epochs
     assert m["epochs"] == 2 and m["dataset"] == "Synthetic(Host)"
