@@ -1,5 +1,5 @@
 #!/bin/bash
-# caraml sweep point 9a518255caca45e3 on A100: global_batch_size=128, precision=bf16, compile=trace, compile_mode=default, compile_scope=model, data=synthetic-host, backend=torch, replicas=1, workers=18, gradient_accumulation=1, batch_size=16, nodes=2, time_limit=01:20:00, devices_per_node=4
+# caraml sweep point 9a518255caca45e3 on A100: global_batch_size=128, precision=bf16, compile=trace, compile_mode=default, compile_scope=model, data=synthetic-host, workers=18, batch_size=16, nodes=2, time_limit=01:20:00, devices_per_node=4
 #SBATCH --job-name=caraml-image_classification-9a518255caca45e3
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
