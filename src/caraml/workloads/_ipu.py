@@ -33,15 +33,6 @@ def caraml_accumulation(global_batch_size: int) -> int:
     return CARAML_ACCUMULATION[global_batch_size]
 
 
-def micro_batch(global_batch_size: int, replicas: int, accumulation: int) -> int:
-    """Images per replica per micro-batch: global / (replicas x accumulation), which must divide."""
-    per_step = replicas * accumulation
-    if global_batch_size % per_step:
-        raise BadInput(f"global batch {global_batch_size} is not a multiple of replicas x gradient_accumulation = "
-                       f"{replicas} x {accumulation} = {per_step}")
-    return global_batch_size // per_step
-
-
 def precision_types(precision: str) -> tuple[str, str]:
     """('half'|'float' for the model, 'half'|'float' for the partials) of an IPU precision such as 16.32."""
     if precision not in PRECISIONS:
