@@ -88,7 +88,7 @@ def test_ids_are_the_record_config_hash(tmp_path):
 @pytest.mark.parametrize("name, tag_list, system, count", [
     ("image_classification", [], "CPU", 7),
     ("image_classification", ["bf16"], "H100", 7),
-    ("image_classification", ["amp", "compile"], "A100", 42),
+    ("image_classification", ["precision", "inductor", "inductor_mode"], "A100", 84),
     ("llm_training", ["800M"], "A100", 9),
     ("llm_training", ["13B"], "H100", 1),
     ("llm_training", ["175B"], "JUPITER", 1),

@@ -33,8 +33,10 @@ FNO_RUN = "operator_benchmark/fno_benchmark_run"
 LLM_COLUMNS = ["System", "ModelSize", "Nodes", "Devices", "GlobalBatchSize", "PipelineParallel", "TensorParallel",
                "DataParallel", "Iterations", "Time/iteration(s)", "Tokens/second", "Avg_TFLOPs/GPU", "Energy Wh",
                "Tokens/Wh", "MFU", "Status"]
-IC_COLUMNS = ["System", "Model", "Nodes", "Devices", "GlobalBatchSize", "BatchSize/Device", "Precision", "Compiler",
-              "CompileMode", "ChannelsLast", "Images/s", "Energy Wh", "Images/Wh", "MFU", "Status"]
+IC_COLUMNS = ["JobID", "System", "Version", "Queue", "Runtime(s)", "Model", "Dataset", "Nodes", "Devices", "Tasks/Node",
+              "Threads/Task", "Workers", "GlobalBatchSize", "BatchSize/Device", "Epoch", "Precision", "Images/second",
+              "EnergyFile", "Compiler", "CompilerMode", "TrainOptim", "ChannelsLast", "Images/s", "Energy Wh",
+              "Images/Wh", "MFU", "Status"]
 
 
 @pytest.fixture
@@ -88,6 +90,8 @@ def test_image_classification_on_cpu_run_continue_result(tree):
     for r in rows:
         assert (r["System"], r["Model"], r["Nodes"], r["Devices"], r["Status"]) == ("CPU", "resnet18", "1", "1", "ok")
         assert (r["Precision"], r["Compiler"], r["ChannelsLast"]) == ("fp32", "none", "false")
+        assert (r["Tasks/Node"], r["Threads/Task"], r["Workers"], r["Dataset"]) == ("1", "2", "0", "Synthetic(Device)")
+        assert r["JobID"] == r["Images/second"] == "" and float(r["Runtime(s)"]) > 0  # local; steady state only
         assert float(r["Images/s"]) > 0
 
     # The same runs are in caraml's store of this JUBE run, with the numbers JUBE shows.

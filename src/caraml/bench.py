@@ -109,3 +109,8 @@ class Bench(Protocol):
     def details(self) -> dict: ...  # workload metrics for the record (keys declared in Workload.metrics)
 
     def close(self) -> None: ...
+
+    # Optional: a measurement of the workload's own after the steady-state window (e.g. CARAML's epochs). A
+    # Bench with `extra_phase = "name"` gets `run_extra(should_stop)` called once, as a power phase of that name;
+    # `should_stop()` is collective (every rank calls it equally often) and says when to end early. It reports
+    # what it measured through details(), naming the convention of each figure.

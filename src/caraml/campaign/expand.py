@@ -119,6 +119,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     launch.setdefault("devices_per_node", max(1, int(profile.get("devices_per_node", 1))))
     names = {**defaults, **chosen["params"], **chosen["vars"], **launch, "system": system}
     names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
+    names["cpus_per_task"] = _cpus_per_task(profile, launch)
     for name, alts in suite.entries["derived"].items():
         found, text = select(alts, active)
         if not found:
@@ -127,8 +128,9 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
         names[name] = value
         section = "launch" if name in LAUNCH_KEYS else "params" if name in declared else "vars"
         chosen[section][name] = value
-        if name in ("nodes", "devices_per_node"):
+        if name in ("nodes", "devices_per_node", "launcher"):
             names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
+            names["cpus_per_task"] = _cpus_per_task(profile, launch)
     nodes, per_node = _count(launch["nodes"], "nodes"), _count(launch["devices_per_node"], "devices_per_node")
     launcher = str(launch.get("launcher", "torchrun"))
     if launcher not in ("torchrun", "srun"):
@@ -174,3 +176,17 @@ def _count(value: Any, name: str) -> int:
     if n < 1:
         raise BadInput(f"launch {name}={shown(value)} must be at least 1")
     return n
+
+
+def _cpus_per_task(profile: dict, launch: dict) -> int:
+    """The CPUs each task of the point's job gets, as its job script asks for them (caraml.campaign.slurm): the
+    profile's site.cpus_per_task for torchrun's one task per node, a device's share of it for srun's task per
+    device; 0 when the profile names none. Derived values may use it (`workers: cpus_per_task // 4`)."""
+    raw = (profile.get("site") or {}).get("cpus_per_task") or 0
+    try:
+        cpus = int(raw)
+    except (TypeError, ValueError):
+        raise BadInput(f"system {profile.get('tag')}: site.cpus_per_task={raw!r} is not a whole number") from None
+    if cpus and str(launch.get("launcher", "torchrun")) == "srun":
+        return max(1, cpus // _count(launch["devices_per_node"], "devices_per_node"))
+    return max(0, cpus)

@@ -92,9 +92,25 @@ def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested,
         if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
             break
     m.wall_s, m.step_times = clock.stop()
-    m.phase = "done"
+    _run_extra(bench, dist, m, stop, monitor)
+    if m.stop_signal is None:  # a stopped run says in which phase it stopped
+        m.phase = "done"
     if monitor:
         monitor.mark("done")
+
+
+def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor) -> None:
+    """A workload's own measurement after the steady-state window (a Bench with `extra_phase`, e.g. CARAML's
+    epochs): a phase of its own for the power monitor, with the same collective stop checks."""
+    phase = getattr(bench, "extra_phase", None)
+    if not phase or m.stop_signal:
+        return
+    dist.barrier()
+    m.phase = phase
+    if monitor:
+        monitor.mark(phase)
+    say(f"{phase}: the workload's own measurement", dist)
+    bench.run_extra(lambda: _stop_agreed(stop, dist, m, every=1))
 
 
 def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int) -> bool:

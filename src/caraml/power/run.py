@@ -26,6 +26,8 @@ PARAMS = [
           "list of " + "|".join(backends.METHODS), check=_check_methods),
     Param("power_interval_ms", float, 100.0, "power sampling interval in ms", minimum=1.0),
     Param("idle_baseline_s", float, 0.0, "seconds of idle power sampled before the run (0: none)", minimum=0.0),
+    Param("energy_files", str, "none", "also write the power time series as CARAML does (jpwr's per-node-rank CSVs "
+          "and a combined CSV, beside the record): none or caraml", choices=("none", "caraml")),
 ]
 
 
@@ -43,6 +45,9 @@ class RunMonitor:
 
         p = record["params"]
         self.dist = launch_env()
+        self.energy_files = p.get("energy_files", "none")
+        self.run_id, self.system = record["run_id"], record["system"]["tag"]
+        self.runs_dir = runs_dir
         self.failure: str | None = None
         self.node: dict | None = None
         self.sampler: Monitor | None = None
@@ -82,6 +87,7 @@ class RunMonitor:
                          "traceback": traceback.format_exc()[-2000:]}
         if self.failure:
             self.node = {"available": False, "host": self.sampler.host, "reason": self.failure}
+        self.node["node_rank"] = self.dist.rank // max(1, self.dist.local_world_size)
 
     def finish(self, metrics: dict, dist, gather: bool) -> dict:
         """The record's metrics.energy, from every node's summary (gathered when all ranks finished)."""
@@ -100,7 +106,18 @@ class RunMonitor:
             everyone: list = [None] * dist.world_size
             tdist.all_gather_object(everyone, node)
             nodes = [n for n in everyone if n]
-        return run_energy(nodes, metrics, dist.world_size, dist.local_world_size, gathered=gather)
+        result = run_energy(nodes, metrics, dist.world_size, dist.local_world_size, gathered=gather)
+        if self.energy_files == "caraml" and nodes and self.runs_dir and (dist.is_main or not gather):
+            result["caraml_files"] = self._caraml_files(nodes)
+        return result
+
+    def _caraml_files(self, nodes: list[dict]) -> dict:
+        from caraml.power import jpwr
+
+        try:
+            return jpwr.write_run(nodes, self.runs_dir, self.run_id, self.system)
+        except Exception as exc:  # noqa: BLE001 - extra files, never a reason to lose the energy itself
+            return {"error": f"CARAML energy files not written: {type(exc).__name__}: {exc}"}
 
 
 def run_energy(nodes: list[dict], metrics: dict, world_size: int, local_world_size: int, gathered: bool) -> dict:

@@ -22,7 +22,7 @@ class Column:
     get: Callable[[Point], Any]
     style: str = "text"  # how a value is shown: text, int, num, pct, bool, gib
     config: bool = False  # part of the configuration (rows sort by these; comparisons match on them)
-    default: bool = True  # shown without --columns
+    default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
     param: str | None = None  # the workload parameter this column shows, if it shows one
 
 
@@ -91,6 +91,59 @@ def _time_per_iteration(r):
     return _num(m.get("time_per_iteration_s")) or _num((m.get("step_time_s") or {}).get("median"))
 
 
+def _slurm(r) -> dict:
+    return (r.get("env") or {}).get("slurm") or {}
+
+
+def _site(r) -> dict:
+    return ((r.get("system") or {}).get("profile") or {}).get("site") or {}
+
+
+def _runtime_s(r):
+    """Seconds from the record's start to its end (CARAML's Runtime(s) is the whole job step's)."""
+    from datetime import datetime
+
+    try:
+        start, end = (datetime.fromisoformat(str(r[k])) for k in ("started_at", "finished_at"))
+        return (end - start).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _tasks_per_node(r):
+    """Processes SLURM started per node: one under torchrun (it starts the device processes), one per device
+    under srun, one for a single process."""
+    launch = r.get("launch") or {}
+    return launch.get("local_world_size") if launch.get("launcher") == "srun" else 1
+
+
+def _threads_per_task(r):
+    """CPUs per task: what SLURM granted the job, else what the system profile asks for."""
+    granted = _slurm(r).get("SLURM_CPUS_PER_TASK")
+    if granted is not None and str(granted).isdigit():
+        return int(granted)
+    per_task = _num(_site(r).get("cpus_per_task"))
+    if per_task and (r.get("launch") or {}).get("launcher") == "srun":
+        return max(1, int(per_task) // max(1, _num((r.get("launch") or {}).get("local_world_size")) or 1))
+    return per_task
+
+
+def _energy_file(r):
+    """CARAML's combined energy CSV when the run wrote one (energy_files=caraml), else the first node's power
+    time series."""
+    energy = _m(r).get("energy") or {}
+    combined = (energy.get("caraml_files") or {}).get("combined")
+    if combined:
+        return combined
+    nodes = energy.get("nodes") or []
+    return nodes[0].get("timeseries") if nodes and isinstance(nodes[0], dict) else None
+
+
+def run_column(key, header, get_record, style="text", default=True) -> Column:
+    """A value of one run (the point's representative run), not of the configuration: job id, log files."""
+    return Column(key, header, lambda p: get_record(p.rep), style, default=default)
+
+
 SYSTEM = config("system", "System", lambda r: (r.get("system") or {}).get("tag"))
 NODES = config("nodes", "Nodes", lambda r: (r.get("launch") or {}).get("nodes"), "int")
 DEVICES = config("devices", "Devices", _devices, "int")
@@ -133,6 +186,15 @@ SHARED = {
     "peak_memory_gib": metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib"),
     "energy_per_device_wh": metric("energy_per_device_wh", "Energy/device Wh",
                                    lambda r: energy_of(r).per_device_wh(_devices(r))),
+    # CARAML's job columns (JobID, Version, Queue, Runtime(s), Tasks/Node, Threads/Task, EnergyFile)
+    "job_id": run_column("job_id", "JobID", lambda r: _slurm(r).get("SLURM_JOB_ID")),
+    "version": run_column("version", "Version", lambda r: (r.get("env") or {}).get("caraml")),
+    "queue": config("queue", "Queue", lambda r: _slurm(r).get("SLURM_JOB_PARTITION") or _site(r).get("partition")
+                    or None),
+    "runtime_s": metric("runtime_s", "Runtime(s)", _runtime_s),
+    "tasks_per_node": config("tasks_per_node", "Tasks/Node", _tasks_per_node, "int"),
+    "threads_per_task": config("threads_per_task", "Threads/Task", _threads_per_task, "int"),
+    "energy_file": run_column("energy_file", "EnergyFile", _energy_file),
 }
 
 
@@ -151,6 +213,8 @@ def _declared(col) -> Column:
         value = _m(r).get(key)
         return _value(value) if sub == "value" else _num(value) if col.style != "text" else value
 
+    if kind == "metric" and col.style == "word":  # a word, not a number: the representative run's
+        return run_column(col.key, col.header, lambda r: _m(r).get(key), "text", col.default)
     if kind == "metric":
         return metric(col.key, col.header, get, col.style if col.style != "text" else "num", col.default)
     raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME, metric:KEY nor label:KEY")
@@ -199,9 +263,10 @@ def find(columns: list[Column], name: str) -> Column | None:
     return None
 
 
-def choose(columns: list[Column], names: list[str] | None, workload: str) -> list[Column]:
+def choose(columns: list[Column], names: list[str] | None, workload: str, points=()) -> list[Column]:
     if not names:
-        return [c for c in columns if c.default]
+        return [c for c in columns if c.default is True
+                or (c.default == "if-any" and any(c.get(p) is not None for p in points))]
     chosen = []
     for name in names:
         c = find(columns, name)

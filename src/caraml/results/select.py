@@ -72,7 +72,7 @@ def _knows(workload: str, points: list[Point], key: str) -> bool:
 
 
 def result_table(workload: str, points: list[Point], names: list[str] | None = None) -> Table:
-    columns = cols.choose(columns_of(workload, points), names, workload)
+    columns = cols.choose(columns_of(workload, points), names, workload, points)
     return Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
                  styles=[c.style for c in columns], rows=[[c.get(p) for c in columns] for p in points],
                  extras=[{"workload": workload, "id": p.id, "run_ids": [r.get("run_id") for r in p.records]}

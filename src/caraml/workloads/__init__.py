@@ -23,13 +23,14 @@ _REGISTERED: dict[str, "Workload"] = {}
 class Col:
     """A result column a workload declares: a parameter (`param:NAME`) or one of its metrics (`metric:KEY`,
     `metric:KEY.value` for a {value, unit} metric; `label:KEY` for a text metric such as a shape, shown as
-    the representative run has it). Style: text, int, num, pct, bool, gib."""
+    the representative run has it). Style: text, int, num, pct, bool, gib; word for a metric that is text
+    (shown from the configuration's representative run, not a median)."""
 
     key: str
     header: str
     source: str
     style: str = "text"
-    default: bool = True
+    default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,190 @@
+"""CARAML's epoch measurement of image classification (its image_classification_torch.py), on a built Bench.
+
+FakeData images (made and converted per sample by the DataLoader workers, as torchvision does), split into
+train and validation sets, a DistributedSampler per set, pinned memory, persistent workers. Each epoch trains
+over the train set, steps the learning rate and validates; its images/s is the whole data set's size over the
+epoch's wall time on rank 0. Warm-up epochs come first and are not counted; the figure is the mean over the
+measured epochs. A module of its own because it imports torch at the top (the workload module must not).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+from torch.utils.data import DataLoader, random_split
+from torch.utils.data.distributed import DistributedSampler
+
+from caraml.workloads.image_classification import logits
+from caraml.workloads.synthetic import ignore_stop_signals
+
+CONVENTION = ("caraml-epochs: images/s of an epoch = dataset_size (train + validation images, all ranks) / that "
+              "epoch's wall time on rank 0 (training, learning-rate step, validation; device synchronised), mean "
+              "over the measured epochs after warmup_epochs warm-up epochs, as CARAML's image_classification_torch.py")
+FAKE_CLASSES = 10  # torchvision FakeData's default, which CARAML uses (the model keeps num_classes outputs)
+
+
+def split_sizes(dataset_size: int, val_split: float) -> tuple[int, int]:
+    """(train, validation) images; CARAML holds out a tenth: 10000 -> 9000 / 1000."""
+    val = int(dataset_size * val_split + 1e-9)
+    return dataset_size - val, val
+
+
+def fake_data(p: dict, seed: int):
+    """The train and validation sets: FakeData of 3 x image_size^2 float images in [0, 1] (ToTensor)."""
+    import torchvision
+    from torchvision import transforms
+
+    data = torchvision.datasets.FakeData(size=p["dataset_size"], image_size=(3, p["image_size"], p["image_size"]),
+                                         num_classes=min(FAKE_CLASSES, p["num_classes"]),
+                                         transform=transforms.ToTensor())
+    # One split for all ranks (CARAML's differs per rank, by its per-rank seed; the images are alike).
+    return random_split(data, list(split_sizes(p["dataset_size"], p["val_split"])),
+                        generator=torch.Generator().manual_seed(seed))
+
+
+def loader(data, p: dict, dist, pin: bool, shuffle: bool) -> DataLoader:
+    sampler = DistributedSampler(data, num_replicas=dist.world_size, rank=dist.rank) if dist.world_size > 1 else None
+    workers = p["workers"]
+    return DataLoader(data, batch_size=p["batch_size"], shuffle=shuffle and sampler is None, sampler=sampler,
+                      num_workers=workers, pin_memory=pin, persistent_workers=workers > 0,
+                      worker_init_fn=ignore_stop_signals if workers > 0 else None)
+
+
+def on_device(batches, device, memory_format):
+    """The loader's batches on the device. On a GPU the next batch is copied on a side stream while this one
+    trains (the prefetcher of CARAML's script)."""
+    if device.type != "cuda":
+        for x, y in batches:
+            yield x.to(device).contiguous(memory_format=memory_format), y.to(device)
+        return
+    stream = torch.cuda.Stream(device)
+    source = iter(batches)
+
+    def load():
+        try:
+            x, y = next(source)
+        except StopIteration:
+            return None
+        with torch.cuda.stream(stream):
+            return (x.to(device, non_blocking=True).contiguous(memory_format=memory_format),
+                    y.to(device, non_blocking=True))
+
+    ahead = load()
+    while ahead is not None:
+        current = torch.cuda.current_stream(device)
+        current.wait_stream(stream)
+        x, y = ahead
+        x.record_stream(current)
+        y.record_stream(current)
+        ahead = load()
+        yield x, y
+
+
+def mean_over_ranks(value: torch.Tensor, dist) -> float:
+    """A loss averaged over all ranks, read on the host (CARAML reads every step's loss so)."""
+    value = value.detach().float().reshape(1).clone()
+    if dist.world_size > 1:
+        import torch.distributed as tdist
+
+        tdist.all_reduce(value)  # SUM, then divide: gloo has no AVG
+        value /= dist.world_size
+    return float(value.item())
+
+
+class EpochRunner:
+    """CARAML's epochs on a ClassificationBench's model, optimizer, scaler and train step."""
+
+    def __init__(self, bench):
+        p = bench.p
+        self.bench, self.p = bench, p
+        start = time.perf_counter()
+        train, val = fake_data(p, p["seed"])
+        pin = bench.device.type == "cuda"
+        self.train = loader(train, p, bench.dist, pin, shuffle=True)
+        self.val = loader(val, p, bench.dist, pin, shuffle=False)
+        step, gamma = p["lr_step_epochs"], p["lr_gamma"]
+        self.scheduler = torch.optim.lr_scheduler.StepLR(bench.optimizer, step, gamma) if step > 0 else None
+        self.input_format = bench.input_format
+        self.sizes = (len(train), len(val))
+        self.setup_s = time.perf_counter() - start
+        self.epoch_times: list[float] = []
+        self.warmup_times: list[float] = []
+
+    def _sync(self):
+        if self.bench.device.type == "cuda":
+            torch.cuda.synchronize(self.bench.device)
+
+    def train_epoch(self, epoch: int) -> float:
+        b = self.bench
+        if isinstance(self.train.sampler, DistributedSampler):
+            self.train.sampler.set_epoch(epoch)
+        b.model.train()
+        loss = float("nan")
+        for x, y in on_device(self.train, b.device, self.input_format):
+            loss = mean_over_ranks(b._train(x, y), b.dist)
+        return loss
+
+    def validate(self) -> float:
+        b = self.bench
+        b.model.eval()
+        total, batches = torch.zeros((), device=b.device), 0
+        with torch.no_grad():
+            for x, y in on_device(self.val, b.device, self.input_format):
+                with b.autocast():
+                    total += b.criterion(logits(b.model(x)), y).float()
+                batches += 1
+        b.model.train()
+        return mean_over_ranks(total / max(1, batches), b.dist)
+
+    def epoch(self, number: int, measured: bool) -> float:
+        start = time.perf_counter()
+        self.last_train_loss = self.train_epoch(number)
+        if measured and self.scheduler is not None:
+            self.scheduler.step()  # CARAML steps it after training, before validating, in measured epochs only
+        self.last_val_loss = self.validate()
+        self._sync()
+        return time.perf_counter() - start
+
+    def run(self, should_stop) -> None:
+        p = self.p
+        for number in range(p["warmup_epochs"]):
+            self.warmup_times.append(self.epoch(number, measured=False))
+            if should_stop():
+                return
+        for number in range(1, p["epochs"] + 1):
+            self.epoch_times.append(self.epoch(number, measured=True))
+            if should_stop():
+                return
+
+    def close(self) -> None:
+        self.train = self.val = None  # stops the persistent workers
+
+    def results(self) -> dict:
+        """The record's metrics: caraml_images_per_s (with its convention) and the epochs behind it."""
+        p = self.p
+        rates = [p["dataset_size"] / t for t in self.epoch_times if t > 0]
+        value = statistics.fmean(rates) if rates else None
+        done = len(self.epoch_times)
+        return {
+            "caraml_images_per_s": {"value": value, "unit": "images/s", "convention": CONVENTION},
+            "caraml_epochs": {
+                "epochs": done, "epochs_asked": p["epochs"], "completed": done == p["epochs"],
+                "warmup_epochs": len(self.warmup_times), "dataset_size": p["dataset_size"],
+                "train_images": self.sizes[0], "val_images": self.sizes[1], "batch_size": p["batch_size"],
+                "workers": p["workers"], "epoch_time_s": self.epoch_times, "images_per_s": rates,
+                "warmup_time_s": self.warmup_times, "data_setup_s": self.setup_s,
+                "last_lr": self.bench.optimizer.param_groups[0]["lr"],
+                "train_loss": _finite(getattr(self, "last_train_loss", None)),
+                "val_loss": _finite(getattr(self, "last_val_loss", None)),
+                "timed_on": "each rank; the record is rank 0's",
+            },
+            "epochs": done,
+        }
+
+
+def _finite(x):
+    """A number for the record (strict JSON has no NaN: an fp16 loss may be one)."""
+    return x if isinstance(x, float) and math.isfinite(x) else None
