@@ -22,7 +22,9 @@ preset: smoke
 params:
   warmup_steps: 1
   measure_steps: 3
-  measure_seconds: 0,600   # the second point would run ten minutes: it is stopped by the warning signal
+  image_size: 32,40
+derived:   # the second point would run ten minutes: it is stopped by the warning signal
+  measure_seconds: "0 if image_size == 32 else 600"
 launch:
   devices_per_node: 2      # torchrun, two gloo processes per job
   time_limit: "00:15:00"

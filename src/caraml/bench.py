@@ -110,6 +110,9 @@ class Bench(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional: `extra_phase: str` and `run_extra(should_stop)` for a workload's own measurement after the
+    # steady-state window (CARAML's epochs), timed by the workload and shown as a power phase of its own.
+
     # Optional: a measurement of the workload's own after the steady-state window (e.g. CARAML's epochs). A
     # Bench with `extra_phase = "name"` gets `run_extra(should_stop)` called once, as a power phase of that name;
     # `should_stop()` is collective (every rank calls it equally often) and says when to end early. It reports

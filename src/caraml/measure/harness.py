@@ -51,6 +51,13 @@ def say(message: str, dist) -> None:
 
 def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested, monitor=None) -> None:
     """Warm up, then measure; fills `m` as it goes so an interruption keeps what was measured."""
+    try:
+        _run_steps(bench, p, device, dist, m, stop, monitor)
+    finally:
+        gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
+
+
+def _run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested, monitor=None) -> None:
     sync = (lambda: __import__("torch").cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     m.phase = "warmup"
     if monitor:
