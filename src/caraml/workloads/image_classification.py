@@ -18,6 +18,7 @@ from typing import Any
 from caraml.bench import BenchInfo, RunContext
 from caraml.errors import BadInput
 from caraml.params import Param
+from caraml.training import backward_and_step
 from caraml.workloads import Col, Workload, register
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -315,14 +316,7 @@ class ClassificationBench:
     def _train_step(self, x, y):
         with self.autocast():
             loss = self.criterion(logits(self.model(x)), y)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        backward_and_step(loss, self.optimizer, self.scaler)
         return loss
 
     def step(self) -> None:

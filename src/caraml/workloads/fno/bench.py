@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from caraml.bench import BenchInfo, RunContext
 from caraml.errors import BadInput
+from caraml.training import backward_and_step
 from caraml.workloads.fno import COMPILE_MODES, files, flops, settings
 from caraml.workloads.fno.model import build_model, count_parameters
 from caraml.workloads.fno.problems import STEP_LR, TRAIN_FRACTION, Problem, modes_misfit, shape_text
@@ -232,14 +233,7 @@ class FNOBench:
     def _train_step(self, x, y):
         with self.autocast():
             loss = self.loss(self.forward(x), y)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        backward_and_step(loss, self.optimizer, self.scaler)
         return loss.detach()
 
     def _infer_step(self, x):
