@@ -68,6 +68,9 @@ def shutdown(ctx: DistContext) -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
+        # All ranks tear down together: a rank that destroys its gloo group while rank 0 is still writing the
+        # record can abort at exit ("terminate called without an active exception"), seen on a loaded machine.
+        dist.barrier()
         dist.destroy_process_group()
 
 
