@@ -383,7 +383,8 @@ def test_harness_runs_the_workloads_own_phase_after_the_window_and_stops_it():
     import torch
 
     from caraml.distributed import DistContext
-    from caraml.measure.harness import Measurement, StopRequested, run_steps
+    from caraml.measure.harness import Measurement, run_steps
+    from caraml.measure.stops import StopRequested
 
     p = {"warmup_steps": 2, "measure_steps": 3, "measure_seconds": 0.0}
     with StopRequested() as stop:

@@ -11,7 +11,8 @@ from typing import Any
 from caraml import distributed, params as params_mod, systems, workloads
 from caraml.bench import RunContext
 from caraml.errors import BadInput
-from caraml.measure.harness import HARNESS_PARAMS, Measurement, StopRequested, memory, metrics, run_steps, say
+from caraml.measure.harness import HARNESS_PARAMS, Measurement, memory, metrics, run_steps, say
+from caraml.measure.stops import StopRequested
 from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store

@@ -2,7 +2,7 @@
 
 It knows nothing about models. It turns steps into throughput (global units over the wall time
 of the measured window, slowest rank), step-time statistics, TFLOP/s, MFU and peak memory, and it
-stops cleanly at SIGTERM, SIGINT or SIGUSR2 (SLURM's warning signal), keeping what it measured.
+stops cleanly at a stop signal (measure/stops.py), keeping what it measured.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from caraml.measure.stops import StopRequested  # noqa: F401 (part of the harness's interface)
+from caraml.measure.stops import StopRequested
 from caraml.measure.timing import StepClock, summarize
 from caraml.params import Param
 from caraml.power.run import PARAMS as POWER_PARAMS

@@ -6,6 +6,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -14,6 +15,7 @@ REQUIRED = ("schema", "id", "run_id", "workload", "status", "params", "system", 
             "env", "started_at", "finished_at", "error")
 
 
+@lru_cache(maxsize=1)
 def measurement_keys() -> frozenset[str]:
     """Parameters that say how a point is measured (steps, seed, power sampling), not what is measured.
     `device` is not one: a cpu run and a cuda run are different configurations."""

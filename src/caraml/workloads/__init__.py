@@ -70,9 +70,9 @@ def require_built(wl: Workload) -> None:
 
 
 def _modules() -> dict[str, str]:
-    """Workload name -> module: this package's modules by their names, then entry points."""
-    found = {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__)
-             if not m.name.startswith("_") and m.name not in _HELPERS}
+    """Workload name -> module: this package's modules by their names (those starting with _ hold parts of
+    workloads), then entry points."""
+    found = {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
     try:
         from importlib.metadata import entry_points
 
@@ -81,10 +81,6 @@ def _modules() -> dict[str, str]:
     except Exception:  # noqa: BLE001 - a broken third-party install must not stop the built-in workloads
         pass
     return found
-
-
-# Modules of this package that hold parts of workloads, not workloads.
-_HELPERS = {"synthetic"}
 
 
 def names() -> list[str]:

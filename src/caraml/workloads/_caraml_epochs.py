@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, random_split
 from torch.utils.data.distributed import DistributedSampler
 
 from caraml.workloads.image_classification import logits
-from caraml.workloads.synthetic import ignore_stop_signals
+from caraml.workloads._synthetic import ignore_stop_signals
 
 CONVENTION = ("caraml-epochs: images/s of an epoch = dataset_size (train + validation images, all ranks) / that "
               "epoch's wall time on rank 0 (training, learning-rate step, validation; device synchronised), mean "

@@ -298,7 +298,7 @@ class ClassificationBench:
             return None
         from torch.utils.data import DataLoader
 
-        from caraml.workloads.synthetic import SyntheticImages, ignore_stop_signals
+        from caraml.workloads._synthetic import SyntheticImages, ignore_stop_signals
 
         source = SyntheticImages(p["batch_size"], p["image_size"], p["num_classes"], p["seed"] + self.dist.rank)
         loader = DataLoader(source, batch_size=None, num_workers=p["workers"],
