@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -44,3 +45,13 @@ def grace_tree(root: Path, sockets: int = 1, watts: dict | None = None) -> Path:
             write(dev / "power1_average_interval", 50)
             n += 1
     return base
+
+
+def moving_counter(base: Path, stop: threading.Event):
+    """package-0 counts 2 J every 50 ms (40 W), written atomically as the kernel's file reads."""
+    uj, target = 1_000_000, base / "intel-rapl:0" / "energy_uj"
+    while not stop.wait(0.05):
+        uj += 2_000_000
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(f"{uj}\n")
+        os.replace(tmp, target)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import threading
 from pathlib import Path
@@ -18,7 +17,7 @@ from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
 from conftest import caraml, cli_env, records_in
 from caraml.workloads._ipu import caraml_accumulation
-from power_trees import rapl_tree
+from power_trees import moving_counter, rapl_tree
 
 GLOBAL_BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
 # CARAML's image_classification_torch_benchmark.xml, per system tag:
@@ -130,16 +129,6 @@ def test_tag_products_and_the_ipu_precisions():
 
 
 # the caraml preset on a CPU ------------------------------------------------------------------------------
-def _moving_counter(base: Path, stop: threading.Event):
-    """package-0 counts 2 J every 50 ms (40 W), written atomically as the kernel's file reads."""
-    uj, target = 1_000_000, base / "intel-rapl:0" / "energy_uj"
-    while not stop.wait(0.05):
-        uj += 2_000_000
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(f"{uj}\n")
-        os.replace(tmp, target)
-
-
 @pytest.fixture(scope="module")
 def caraml_run(tmp_path_factory):
     """One tiny run of the caraml preset on two ranks (gloo) of one node with a fake RAPL tree: its epochs over
@@ -150,7 +139,7 @@ def caraml_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("caraml-run")
     base = rapl_tree(tmp / "sys")
     stop = threading.Event()
-    ticker = threading.Thread(target=_moving_counter, args=(base, stop), daemon=True)
+    ticker = threading.Thread(target=moving_counter, args=(base, stop), daemon=True)
     ticker.start()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29547", "-m",
            "caraml", "run", "image_classification", "--preset", "caraml", "model=resnet18", "image_size=32",

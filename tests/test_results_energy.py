@@ -4,7 +4,6 @@ generated RAPL tree whose counter moves, `caraml plot power` on it, per-device p
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from caraml.results.energy import energy_of, read_timeseries
 from caraml.results.plots import device_lines
 from conftest import caraml, cli_env
 from handmade import image, write_power_csv
-from power_trees import rapl_tree
+from power_trees import moving_counter, rapl_tree
 
 
 def _summary(host, watts, seconds=10.0):
@@ -41,20 +40,10 @@ def test_energy_of_reads_combine_output(tmp_path):
     assert energy.per_device_wh(2) == pytest.approx(measured / 2)
 
 
-def _moving_counter(base: Path, stop: threading.Event):
-    """package-0 counts 2 J every 50 ms (40 W), written atomically as the kernel's file reads."""
-    uj, target = 1_000_000, base / "intel-rapl:0" / "energy_uj"
-    while not stop.wait(0.05):
-        uj += 2_000_000
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(f"{uj}\n")
-        os.replace(tmp, target)
-
-
 def test_real_run_record_reads_and_plots_power(tmp_path, results):
     base = rapl_tree(tmp_path / "sys")
     stop = threading.Event()
-    ticker = threading.Thread(target=_moving_counter, args=(base, stop), daemon=True)
+    ticker = threading.Thread(target=moving_counter, args=(base, stop), daemon=True)
     ticker.start()
     try:
         proc = caraml("run", "image_classification", "power=rapl", "power_interval_ms=50", "--preset", "smoke",
