@@ -180,7 +180,7 @@ def test_layouts_that_fit():
 @pytest.mark.parametrize("args, says", [
     (["tp=2"], "tp*pp = 2*1 = 2 does not divide the 1 devices"),
     (["global_batch_size=3"], "global_batch_size=3 is not dp x micro_batch_size x grad_accumulation"),
-    (["data=oscar"], "data=oscar needs"),
+    (["data=oscar"], "no Megatron dataset oscar_text_document.idx; set CARAML_DATA"),
 ])
 def test_bad_layout_is_one_line_exit_2(tmp_path, args, says):
     env = cli_env()

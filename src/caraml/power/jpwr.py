@@ -22,6 +22,7 @@ import csv
 import os
 from pathlib import Path
 
+from caraml.paths import safe_name
 from caraml.power import series as series_mod
 
 JPWR_METHOD = {"nvml": "pynvml", "amd": "rocm", "grace": "gh", "ipu": "gc", "rapl": "rapl"}
@@ -109,7 +110,7 @@ def write_node(node: dict, rank: int, system: str, folder: Path) -> dict:
     names = column_names(node.get("devices") or [])
     times, power, joules = power_table(rows, names, float(node.get("started_wall") or 0.0))
     host, columns = node.get("host", ""), list(power)
-    stem = folder / f"{system}_power.{rank}"
+    stem = folder / f"{safe_name(system)}_power.{rank}"
     with open(f"{stem}.csv", "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["", "timestamps", *columns, "nodename", "rank"])
@@ -149,7 +150,7 @@ def write_combined(written: list[dict], path: Path) -> None:
 def write_run(nodes: list[dict], runs_dir: str | os.PathLike, run_id: str, system: str) -> dict:
     """Every node's files and the combined one in `<runs_dir>/<run_id>.caraml-energy/`; what was written, and
     what could not be (a node whose time series this process cannot read)."""
-    folder = Path(runs_dir) / f"{run_id}.caraml-energy"
+    folder = Path(runs_dir) / f"{safe_name(run_id)}.caraml-energy"  # names from records never leave runs_dir
     written, missing = [], []
     for fallback, node in enumerate(nodes):
         rank = int(node.get("node_rank", fallback))

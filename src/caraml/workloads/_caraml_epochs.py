@@ -9,7 +9,6 @@ measured epochs. A module of its own because it imports torch at the top (the wo
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 
@@ -85,13 +84,7 @@ def on_device(batches, device, memory_format):
 
 def mean_over_ranks(value: torch.Tensor, dist) -> float:
     """A loss averaged over all ranks, read on the host (CARAML reads every step's loss so)."""
-    value = value.detach().float().reshape(1).clone()
-    if dist.world_size > 1:
-        import torch.distributed as tdist
-
-        tdist.all_reduce(value)  # SUM, then divide: gloo has no AVG
-        value /= dist.world_size
-    return float(value.item())
+    return dist.all_reduce(float(value.detach()), "sum") / dist.world_size
 
 
 class EpochRunner:
@@ -177,14 +170,10 @@ class EpochRunner:
                 "workers": p["workers"], "epoch_time_s": self.epoch_times, "images_per_s": rates,
                 "warmup_time_s": self.warmup_times, "data_setup_s": self.setup_s,
                 "last_lr": self.bench.optimizer.param_groups[0]["lr"],
-                "train_loss": _finite(getattr(self, "last_train_loss", None)),
-                "val_loss": _finite(getattr(self, "last_val_loss", None)),
+                "train_loss": getattr(self, "last_train_loss", None),  # a NaN is stored as null (strict JSON)
+                "val_loss": getattr(self, "last_val_loss", None),
                 "timed_on": "each rank; the record is rank 0's",
             },
             "epochs": done,
         }
 
-
-def _finite(x):
-    """A number for the record (strict JSON has no NaN: an fp16 loss may be one)."""
-    return x if isinstance(x, float) and math.isfinite(x) else None

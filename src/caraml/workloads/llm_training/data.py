@@ -49,7 +49,9 @@ class IndexedTokens:
 
     def __init__(self, p: dict[str, Any], prefix: str, global_batch: int, dp_rank: int, device: torch.device,
                  seed: int):
-        self.samples = _reader()(prefix, p["seq_length"], seed)
+        from caraml.data.megatron import GPTSamples
+
+        self.samples = GPTSamples(prefix, p["seq_length"], seed)
         if len(self.samples) == 0:
             raise BadInput(f"data=oscar: {prefix} holds no sample of {p['seq_length'] + 1} tokens")
         self.rows = _local_rows(p)
@@ -68,40 +70,28 @@ class IndexedTokens:
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
-def _reader():
-    try:
-        from caraml.data.megatron import GPTSamples
-    except ImportError as exc:
-        raise BadInput(f"data=oscar needs caraml.data.megatron, which cannot be imported here ({exc}); "
-                       "use data=synthetic") from None
-    return GPTSamples
-
-
 def check_indexed(p: dict[str, Any], data_root: str | None) -> None:
-    """The reader imports and the .bin/.idx pair exists (checked before a run starts)."""
-    prefix = default_prefix(p, data_root)
-    missing = [prefix + ext for ext in (".bin", ".idx") if not os.path.isfile(prefix + ext)]
-    if missing:
-        raise BadInput(f"data=oscar: {missing[0]} does not exist; give data_path=PREFIX of the .bin/.idx pair "
-                       "(e.g. made by `caraml data prepare`) or set CARAML_DATA")
-    _reader()
+    """The .bin/.idx pair exists (checked before a run starts); GPTSamples validates their contents."""
+    prefix = dataset_prefix(p, data_root)
+    if not os.path.isfile(prefix + ".bin"):
+        raise BadInput(f"data=oscar: {prefix}.bin does not exist beside its .idx; give data_path=PREFIX of a "
+                       ".bin/.idx pair (e.g. made by `caraml data prepare`)")
 
 
 def _local_rows(p: dict[str, Any]) -> int:
     return p["micro_batch_size"] * p["grad_accumulation"]
 
 
-def default_prefix(p: dict[str, Any], data_root: str | None) -> str:
-    if p["data_path"]:
-        return p["data_path"]
-    if not data_root:
-        raise BadInput("data=oscar needs data_path=PREFIX (of PREFIX.bin/.idx) or CARAML_DATA set to the folder "
-                       "holding oscar_text_document.bin/.idx")
-    return os.path.join(data_root, "oscar_text_document")
+def dataset_prefix(p: dict[str, Any], data_root: str | None) -> str:
+    """data_path (a prefix, or its .bin/.idx), looked up under CARAML_DATA when relative; CARAML's
+    oscar_text_document there by default."""
+    from caraml.data.megatron import locate
+
+    return str(locate(p["data_path"] or "oscar_text_document", data_root))
 
 
 def make(p: dict[str, Any], global_batch: int, dp_rank: int, device: torch.device, seed: int,
          data_root: str | None):
     if p["data"] == "synthetic":
         return SyntheticTokens(p, global_batch, dp_rank, device, seed)
-    return IndexedTokens(p, default_prefix(p, data_root), global_batch, dp_rank, device, seed)
+    return IndexedTokens(p, dataset_prefix(p, data_root), global_batch, dp_rank, device, seed)

@@ -72,9 +72,6 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
 
 
 # blocks -------------------------------------------------------------------------------------------------------
-ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
-
-
 def attention_kernels(choice: str):
     """A context (made anew per use) that makes SDPA prefer one kernel: `cudnn` puts cuDNN's fused attention first
     (faster than flash on Hopper), the others fall back in PyTorch's order; `auto` is PyTorch's own choice."""
@@ -183,11 +180,6 @@ class GPT(nn.Module):
 
     def tie_weights(self) -> None:
         self.output.weight = self.embed.tok.weight
-
-    def reset_rope(self) -> None:
-        """Recompute the rotary table (after the model was materialised from the meta device)."""
-        if self.rope is not None:
-            self.rope = rope_cache(self.cfg, device=self.rope.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed(x) if self.embed is not None else x
