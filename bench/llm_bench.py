@@ -9,6 +9,7 @@ tokens on the GPU. Points, in this order (each caraml point is its own process; 
     caraml            caraml run llm_training --preset 800M precision=bf16 compile=on recompute=none
     caraml_selective  the same with the preset's recompute=selective (the attention core is recomputed)
     caraml_big        caraml at micro-batch 16 (the fastest that fits), recompute=none
+    caraml_acc        caraml_big with 4 micro-batches per iteration (global batch 64): the optimizer step shared
     plain             a hand-written loop over the same model code (model.py), micro-batch 4
     micro             the plain loop at micro-batch 8, 16, 32, ... until out of memory: the largest that fits
 
@@ -32,15 +33,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from caraml.workloads.llm_training import PRESETS, sizes  # noqa: E402  (no torch)
+from caraml.workloads.llm_training import PARAMS, PRESETS, sizes  # noqa: E402  (no torch)
 
 PEAK_TFLOPS = 989.4
 MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                                          "max_position_embeddings")}
 MICRO = 4
 VOCAB = 50257
-POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big")
+POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc")
+DEFAULTS = {p.name: p.default for p in PARAMS}
+LR, LR_WARMUP_SAMPLES = DEFAULTS["lr"], DEFAULTS["lr_warmup_samples"]  # caraml's learning-rate warm-up
 ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
+# caraml_acc: micro-batches of BIG_MICRO per iteration (4: global batch 64, within CARAML's 16...4096)
+ACC = int(os.environ.get("LLM_BENCH_ACC", "4"))
 BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
 # the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
 SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
@@ -96,8 +101,10 @@ def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int
 
 
 # the plain loop, here ----------------------------------------------------------------------------------------------
-def plain_loop(micro: int, steps: int, warmup: int) -> dict:
-    """nanoGPT's loop over model.py's GPT: bf16 autocast, forward+loss compiled, fused AdamW, clip, no harness."""
+def plain_step(micro: int):
+    """nanoGPT's loop over model.py's GPT: bf16 autocast, forward+loss compiled, fused AdamW with caraml's warm-up,
+    clip, no harness.
+    Returns step(i) -> the loss of iteration i, on the device."""
     import torch
     import torch.nn.functional as F
 
@@ -122,7 +129,7 @@ def plain_loop(micro: int, steps: int, warmup: int) -> dict:
     params = list(model.parameters())
     optimizer = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
                                    {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
-                                  lr=1e-4, betas=(0.9, 0.999), eps=1e-8, **({"fused": True} if cuda else {}))
+                                  lr=LR, betas=(0.9, 0.999), eps=1e-8, **({"fused": True} if cuda else {}))
     batches = []
     for _ in range(2):
         tokens = torch.randint(0, VOCAB, (micro, cfg.seq_length + 1), device=device)
@@ -132,6 +139,8 @@ def plain_loop(micro: int, steps: int, warmup: int) -> dict:
 
     def step(i):
         x, y = batches[i % 2]
+        for group in optimizer.param_groups:  # caraml's warm-up from 0 (the same weights at every step, so the
+            group["lr"] = LR * i * micro / LR_WARMUP_SAMPLES  # same numbers pass through the matrix products)
         with torch.autocast(device.type, dtype=torch.bfloat16), attention_kernels(ATTENTION):
             loss = forward_loss(x, y)
         loss.backward()
@@ -140,6 +149,16 @@ def plain_loop(micro: int, steps: int, warmup: int) -> dict:
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
+    return step
+
+
+def plain_loop(micro: int, steps: int, warmup: int) -> dict:
+    """The plain loop timed: one synchronisation at each end of the measured window."""
+    import torch
+
+    device = torch.device(RUN["device"])
+    cuda = device.type == "cuda"
+    step = plain_step(micro)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -154,10 +173,10 @@ def plain_loop(micro: int, steps: int, warmup: int) -> dict:
     sync()
     wall = time.perf_counter() - start
     out = {"micro_batch_size": micro, "steps": steps, "wall_s": wall, "warmup_s": warmup_s,
-           "step_ms": wall / steps * 1e3, **rates(micro * cfg.seq_length * steps / wall),
+           "step_ms": wall / steps * 1e3, **rates(micro * MODEL["seq_length"] * steps / wall),
            "loss_first": float(first), "loss_last": float(last),
            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
-    del model, optimizer, batches, params
+    del step
     return out
 
 
@@ -253,6 +272,9 @@ def main() -> None:
         elif name == "caraml_big":
             rows.append(caraml_point(name, ["recompute=none"], out, args.steps, args.warmup, left,
                                      micro=min(BIG_MICRO, RUN["max_micro"])))
+        elif name == "caraml_acc":
+            rows.append(caraml_point(name, ["recompute=none", f"grad_accumulation={ACC}"], out, args.steps,
+                                     args.warmup, left, micro=min(BIG_MICRO, RUN["max_micro"])))
         elif name == "plain":
             rows.append(plain_point(args.steps, args.warmup))
         else:

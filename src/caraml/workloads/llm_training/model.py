@@ -1,6 +1,8 @@
-"""GPT in the shape of Megatron's (and nanoGPT/torchtitan's code): pre-LayerNorm blocks, separate q/k/v
-projections (so tensor parallelism can split them by heads), SDPA causal attention (flash/cuDNN kernels on
-GPUs), GELU or SwiGLU MLP, learned or rotary positions, output layer tied to the token embedding.
+"""GPT in the shape of Megatron's (and nanoGPT/torchtitan's code): pre-LayerNorm blocks, one fused q/k/v
+projection laid out head by head as Megatron's (so tensor parallelism splits it by whole heads), SDPA causal
+attention (flash/cuDNN kernels on GPUs), GELU or SwiGLU MLP, learned or rotary positions, output layer tied to
+the token embedding. Under autocast the residual stream is kept in the half precision, as Megatron's fp16/bf16
+model keeps it; the norms still compute in fp32.
 
 A model can hold only some of its layers (a pipeline stage): `GPT(cfg, layers=range(a, b), first=..., last=...)`.
 Layers live in a ModuleDict keyed by their global index, so parameter names are the same in every layout;
@@ -100,14 +102,15 @@ class Attention(nn.Module):
         super().__init__()
         h = cfg.hidden_size
         self.head_dim = cfg.head_dim
-        self.wq, self.wk, self.wv = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        self.wqkv = nn.Linear(h, 3 * h)  # output rows head by head: [q_0 k_0 v_0 q_1 k_1 v_1 ...]
         self.wo = nn.Linear(h, h)
         self.recompute_core = cfg.recompute == "selective"
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         batch, seq = x.shape[0], x.shape[1]  # the full sequence, also under sequence parallelism
-        # -1 heads: under tensor parallelism each rank holds num_heads / tp of them
-        q, k, v = (w(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        # -1 heads: under tensor parallelism each rank holds num_heads / tp of them, each with its q, k and v
+        qkv = self.wqkv(x).view(batch, seq, -1, 3, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))
         if rope is not None:
             q, k = apply_rope(q, rope), apply_rope(k, rope)
         if self.recompute_core and torch.is_grad_enabled():
@@ -182,7 +185,12 @@ class GPT(nn.Module):
         self.output.weight = self.embed.tok.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x) if self.embed is not None else x
+        h = x
+        if self.embed is not None:
+            h = self.embed(x)
+            kind = h.device.type  # the residual stream in half precision under autocast (Megatron's)
+            if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
+                h = h.to(torch.get_autocast_dtype(kind))
         for layer in self.layers.values():
             h = layer(h, self.rope)
         if self.norm is not None:

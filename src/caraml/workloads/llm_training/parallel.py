@@ -28,7 +28,8 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
 
 # tensor parallelism -------------------------------------------------------------------------------------------
 def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
-    """Megatron's split: q, k, v and the MLP's first layer by output columns (heads), wo and w2 by input rows;
+    """Megatron's split: the fused q/k/v and the MLP's first layer by output columns (whole heads: wqkv's rows are
+    laid out head by head), wo and w2 by input rows;
     with sequence parallelism the norms work on sequence shards, gathered before and scattered after."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
@@ -37,7 +38,7 @@ def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
     seq = Shard(1) if sequence_parallel else Replicate()
     plan = {
         "attn": PrepareModuleInput(input_layouts=(seq, None), desired_input_layouts=(Replicate(), None)),
-        "attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(), "attn.wv": ColwiseParallel(),
+        "attn.wqkv": ColwiseParallel(),
         "attn.wo": RowwiseParallel(output_layouts=seq),
         "mlp": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
         "mlp.w1": ColwiseParallel(), "mlp.w2": RowwiseParallel(output_layouts=seq),

@@ -143,15 +143,16 @@ class GPTBench:
         return Schedule1F1B(stage, n_microbatches=n, loss_fn=scaled_loss, **kwargs)
 
     def _stage_shapes(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Example (meta) input and output of one micro-batch on this stage: tokens into the first stage, the fp32
-        residual stream (a sequence shard under sequence parallelism) between stages, logits out of the last."""
+        """Example (meta) input and output of one micro-batch on this stage: tokens into the first stage, the
+        residual stream (a sequence shard under sequence parallelism) between stages, logits out of the last; both
+        in the autocast precision."""
         cfg, lay, m = self.cfg, self.lay, self.micro
         seq = cfg.seq_length // lay.tp if lay.sequence_parallel else cfg.seq_length
-        hidden = torch.empty(m, seq, cfg.hidden_size, device="meta", requires_grad=True)  # gradients flow back
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.p["precision"], torch.float32)
+        hidden = torch.empty(m, seq, cfg.hidden_size, dtype=dtype, device="meta", requires_grad=True)
         vocab = cfg.vocab_size // lay.tp if lay.loss_parallel else cfg.vocab_size
-        logits_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.p["precision"], torch.float32)
         inputs = torch.empty(m, cfg.seq_length, dtype=torch.long, device="meta") if lay.first else hidden
-        outputs = torch.empty(m, cfg.seq_length, vocab, dtype=logits_dtype, device="meta") if lay.last else hidden
+        outputs = torch.empty(m, cfg.seq_length, vocab, dtype=dtype, device="meta") if lay.last else hidden
         return inputs, outputs
 
     def _scale(self) -> float:
