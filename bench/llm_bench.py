@@ -9,7 +9,7 @@ tokens on the GPU. Points, in this order (each caraml point is its own process; 
     caraml            caraml run llm_training --preset 800M precision=bf16 compile=on recompute=none
     caraml_selective  the same with the preset's recompute=selective (the attention core is recomputed)
     caraml_big        caraml at micro-batch 16 (the fastest that fits), recompute=none
-    caraml_acc        caraml_big with 4 micro-batches per iteration (global batch 64): the optimizer step shared
+    caraml_acc        caraml_big with 8 micro-batches per iteration (global batch 128): the optimizer step shared
     plain             a hand-written loop over the same model code (model.py), micro-batch 4
     micro             the plain loop at micro-batch 8, 16, 32, ... until out of memory: the largest that fits
 
@@ -44,8 +44,8 @@ POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_
 DEFAULTS = {p.name: p.default for p in PARAMS}
 LR, LR_WARMUP_SAMPLES = DEFAULTS["lr"], DEFAULTS["lr_warmup_samples"]  # caraml's learning-rate warm-up
 ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
-# caraml_acc: micro-batches of BIG_MICRO per iteration (4: global batch 64, within CARAML's 16...4096)
-ACC = int(os.environ.get("LLM_BENCH_ACC", "4"))
+# caraml_acc: micro-batches of BIG_MICRO per iteration (8: global batch 128, within CARAML's 16...4096)
+ACC = int(os.environ.get("LLM_BENCH_ACC", "8"))
 BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
 # the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
 SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
@@ -76,15 +76,22 @@ def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     print(f"llm_bench: {name}: caraml {' '.join(cmd[3:-4])}", file=sys.stderr, flush=True)
     start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"name": name, "status": "timeout", "wall_s": timeout}
+        # Out of time: stop it as a user would (SIGTERM), so it still prints its record of the steps measured so far.
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return {"name": name, "status": "timeout", "wall_s": time.monotonic() - start}
     took = time.monotonic() - start
     try:
-        record = json.loads(proc.stdout.strip().splitlines()[-1])
+        record = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"name": name, "status": "failed", "wall_s": took, "error": proc.stderr[-3000:]}
+        return {"name": name, "status": "failed", "wall_s": took, "error": stderr[-3000:]}
     m = record.get("metrics") or {}
     energy = m.get("energy") or {}
     return {"name": name, "status": record["status"], **rates((m.get("throughput") or {}).get("value")),
