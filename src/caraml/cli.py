@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from caraml.errors import BadInput, shown
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{option} is empty; pass a path, e.g. --{option} "
                          + (DEFAULT_RESULTS if option == "results" else "PATH"))
     try:
-        return args.func(args)
+        code = args.func(args)
     except BadInput as exc:
         print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
         return 2
@@ -293,7 +294,17 @@ def main(argv: list[str] | None = None) -> int:
         print("caraml: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `caraml result | head`: the reader left; not an error of ours
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _leave_rank(code)
+    return code
+
+
+def _leave_rank(code) -> None:
+    """End a torchrun/srun rank once its work is done and its output flushed, without the interpreter's
+    teardown: a gloo process group freed while Python finalises its modules can abort the rank
+    ("terminate called without an active exception"), seen on loaded CI machines after a complete run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0)
