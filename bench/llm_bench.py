@@ -147,7 +147,7 @@ def plain_step(micro: int):
     def step(i):
         x, y = batches[i % 2]
         for group in optimizer.param_groups:  # caraml's warm-up from 0 (the same weights at every step, so the
-            group["lr"] = LR * i * micro / LR_WARMUP_SAMPLES  # same numbers pass through the matrix products)
+            group["lr"] = LR * min(1.0, i * micro / LR_WARMUP_SAMPLES)  # same numbers pass through the products)
         with torch.autocast(device.type, dtype=torch.bfloat16), attention_kernels(ATTENTION):
             loss = forward_loss(x, y)
         loss.backward()
