@@ -98,10 +98,10 @@ class GPTBench:
         self.params = [q for q in self.model.parameters() if q.requires_grad]
         self.forward_loss = torch.compile(self._forward_loss) if self.compile_scope == "model" else self._forward_loss
         self.optimizer = self._optimizer()
-        self.schedule = self._pipeline() if dims.pp > 1 else None
-
         dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(p["precision"])
+        self.compute_dtype = dtype or torch.float32  # of the activations: autocast's half precision, or fp32
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
+        self.schedule = self._pipeline() if dims.pp > 1 else None
         self.scaler = LossScaler() if p["precision"] == "fp16" else None
         self.data = data_mod.make(p, self.global_batch, dp_rank, device, ctx.seed, ctx.data_root)
 
@@ -148,7 +148,7 @@ class GPTBench:
         in the autocast precision."""
         cfg, lay, m = self.cfg, self.lay, self.micro
         seq = cfg.seq_length // lay.tp if lay.sequence_parallel else cfg.seq_length
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.p["precision"], torch.float32)
+        dtype = self.compute_dtype
         hidden = torch.empty(m, seq, cfg.hidden_size, dtype=dtype, device="meta", requires_grad=True)
         vocab = cfg.vocab_size // lay.tp if lay.loss_parallel else cfg.vocab_size
         inputs = torch.empty(m, cfg.seq_length, dtype=torch.long, device="meta") if lay.first else hidden
