@@ -52,8 +52,8 @@ def caraml_step(micro: int, params: dict, cpu: bool):
     import torch
 
     from caraml import distributed
-    from caraml.bench import RunContext
-    from caraml.measure.harness import HARNESS_PARAMS
+    from caraml.contract import RunContext
+    from caraml.settings import RUN_PARAMS
     from caraml.params import resolve
     from caraml.workloads.llm_training import PRESETS, WORKLOAD
     from caraml.workloads.llm_training.train import GPTBench
@@ -61,7 +61,7 @@ def caraml_step(micro: int, params: dict, cpu: bool):
     preset = "smoke" if cpu else "800M"
     overrides = {"precision": "fp32" if cpu else "bf16", "compile": not cpu, "recompute": "none",
                  "micro_batch_size": micro, "warmup_steps": 1, **params}
-    p = resolve(WORKLOAD.params + HARNESS_PARAMS, overrides, WORKLOAD.name, PRESETS[preset])
+    p = resolve(WORKLOAD.params + RUN_PARAMS, overrides, WORKLOAD.name, PRESETS[preset])
     launch = distributed.launch_env()
     ctx = RunContext(device=torch.device("cpu" if cpu else "cuda"), seed=p["seed"], dist=launch,
                      dims=WORKLOAD.dims(p, 1))

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from caraml.bench import BenchInfo, ParallelDims, RunContext
+from caraml.contract import BenchInfo, RunContext
+from caraml.parallel_dims import ParallelDims
 from caraml.errors import BadInput
-from caraml.measure.harness import HARNESS_PARAMS, Measurement, metrics
+from caraml.measure.harness import Measurement, metrics
+from caraml.settings import RUN_PARAMS
 from handmade import record
 
 
@@ -164,10 +166,11 @@ def test_every_declared_metric_column_reads_a_key_its_workload_emits():
 
 
 def test_config_id_ignores_measurement_settings_only():
-    from caraml.results.record import config_id, measurement_keys
+    from caraml.results.record import config_id
+    from caraml.settings import MEASUREMENT_KEYS
 
-    assert {"warmup_steps", "measure_steps", "measure_seconds", "seed", "power"} <= measurement_keys()
-    assert "device" not in measurement_keys()
+    assert {"warmup_steps", "measure_steps", "measure_seconds", "seed", "power"} <= MEASUREMENT_KEYS
+    assert "device" not in MEASUREMENT_KEYS
     base = {"batch_size": 64, "measure_steps": 50, "seed": 0, "power": "auto", "device": "auto"}
     same = {**base, "measure_steps": 7, "seed": 3, "power": "off"}
     assert config_id("w", base, "H100", 4, 1) == config_id("w", same, "H100", 4, 1)
@@ -232,15 +235,15 @@ def test_mfu_uses_the_profile_peak_for_the_precision_in_use():
     assert systems.peak_tflops(h100, "fp16") == systems.peak_tflops(h100, "bf16")
 
 
-@pytest.mark.parametrize("name", sorted({p.name for p in HARNESS_PARAMS if p.minimum is not None}))
+@pytest.mark.parametrize("name", sorted({p.name for p in RUN_PARAMS if p.minimum is not None}))
 def test_harness_minimums_are_enforced(name):
     from caraml.params import resolve
 
-    p = next(p for p in HARNESS_PARAMS if p.name == name)
+    p = next(p for p in RUN_PARAMS if p.name == name)
     below = p.minimum - 1 if p.type is int else p.minimum - 0.5
     with pytest.raises(BadInput, match=f"{name}=.* must be >= "):
-        resolve(HARNESS_PARAMS, {name: str(below)}, "w")
-    resolve(HARNESS_PARAMS, {name: str(p.type(p.minimum))}, "w")  # the minimum itself is fine
+        resolve(RUN_PARAMS, {name: str(below)}, "w")
+    resolve(RUN_PARAMS, {name: str(p.type(p.minimum))}, "w")  # the minimum itself is fine
 
 
 @pytest.mark.parametrize("key, value", [("workers", "-1"), ("lr", "-0.1"), ("momentum", "-1"), ("batch_size", "0"),

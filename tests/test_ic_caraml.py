@@ -301,7 +301,7 @@ def test_caraml_columns_in_result(caraml_run, tmp_path):
 def _bench(preset=None, **params):
     import torch
 
-    from caraml.bench import RunContext
+    from caraml.contract import RunContext
     from caraml.distributed import DistContext
     from caraml.runner import RunSpec, resolve_params
     from caraml.workloads.image_classification import build

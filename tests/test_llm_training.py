@@ -14,13 +14,13 @@ import pytest
 
 from conftest import ROOT, SHARED_DATA, caraml, cli_env
 
-from caraml.measure.harness import HARNESS_PARAMS
+from caraml.settings import RUN_PARAMS
 from caraml.params import resolve
 from caraml.workloads.llm_training import PRESETS, WORKLOAD, layout_problem, sizes
 
 
 def params(preset: str = "smoke", **overrides):
-    return resolve(WORKLOAD.params + HARNESS_PARAMS, overrides, "llm_training", PRESETS[preset])
+    return resolve(WORKLOAD.params + RUN_PARAMS, overrides, "llm_training", PRESETS[preset])
 
 
 # sizes and FLOPs -------------------------------------------------------------------------------------------------
@@ -123,7 +123,8 @@ def bench(**overrides):
     """A GPTBench of the smoke model in this process (one rank, CPU)."""
     import torch
 
-    from caraml.bench import ParallelDims, RunContext
+    from caraml.contract import RunContext
+    from caraml.parallel_dims import ParallelDims
     from caraml.distributed import DistContext
     from caraml.workloads.llm_training.train import GPTBench
 

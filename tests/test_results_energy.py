@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from caraml.power import energy as E
-from caraml.results.aggregate import HARNESS_KEYS, Point
+from caraml.results.aggregate import Point
+from caraml.settings import MEASUREMENT_KEYS
 from caraml.results.energy import energy_of, read_timeseries
 from caraml.results.plots import device_lines
 from conftest import caraml, cli_env
@@ -80,8 +81,8 @@ def test_two_devices_of_one_name_are_two_lines(tmp_path):
 
 
 def test_harness_keys_follow_the_harness_params_but_not_device():
-    assert {"warmup_steps", "measure_steps", "power", "power_interval_ms", "idle_baseline_s"} <= set(HARNESS_KEYS)
-    assert "device" not in HARNESS_KEYS
+    assert {"warmup_steps", "measure_steps", "power", "power_interval_ms", "idle_baseline_s"} <= set(MEASUREMENT_KEYS)
+    assert "device" not in MEASUREMENT_KEYS
     base = Point("x", "image_classification", [image("H100", 64, "bf16", 1.0)]).config()
     assert "device" in base and "power" not in base
     rec = image("H100", 64, "bf16", 1.0)

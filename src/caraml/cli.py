@@ -149,13 +149,13 @@ def _env(args) -> int:
 
 def _workloads(args) -> int:
     from caraml import workloads
-    from caraml.measure.harness import HARNESS_PARAMS
+    from caraml.settings import RUN_PARAMS
 
     for name in workloads.names() if not args.name else [args.name]:
         wl = workloads.get(name)
         print(f"{wl.name}  ({wl.unit}/s) - {wl.description}")
         print(f"  presets: {', '.join(wl.presets)}")
-        for p in wl.params + HARNESS_PARAMS:
+        for p in wl.params + RUN_PARAMS:
             choices = f" [{'|'.join(map(str, p.choices))}]" if p.choices else ""
             print(f"  {p.name}={p.default}{choices}  {p.help}")
     return 0

@@ -29,8 +29,19 @@ class Param:
     # A check that needs more than choices (e.g. a model name looked up in torchvision); it
     # returns an error message or None. Run lazily so that parsing alone never imports torch.
     check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+    # Shown in the one line a run prints when it starts (the settings a reader looks for first).
+    headline: bool = False
+    # Part of what is measured, so part of the configuration's id; False for how it is measured (steps, seed,
+    # power sampling): runs differing only in those measure the same configuration.
+    identifies: bool = True
+    aliases: tuple[str, ...] = ()  # former names, still accepted (and read from older records)
+    value_aliases: tuple[tuple[Any, Any], ...] = ()  # (former value, value), e.g. (("off", "fp32"),)
 
     def parse(self, raw: Any, workload: str) -> Any:
+        for old, new in self.value_aliases:  # YAML reads `on` as True: compare as text
+            if not isinstance(raw, (int, float)) or isinstance(raw, bool):
+                if str(raw).strip().lower() == str(old).lower():
+                    raw = new
         value = self._convert(raw, workload)
         if self.choices is not None and value not in self.choices:
             raise BadInput(
@@ -98,6 +109,7 @@ def resolve(
 ) -> dict[str, Any]:
     """Defaults, then the preset, then the user's values: every effective parameter, typed."""
     by_name = {p.name: p for p in declared}
+    given = canonical(declared, given, workload)
     for key in given:
         if key not in by_name:
             raise BadInput(
@@ -113,3 +125,24 @@ def resolve(
             if message:
                 raise BadInput(f"{workload}: {p.name}={shown(values[p.name])} {message}")
     return values
+
+
+def canonical(declared: list[Param], given: dict[str, Any], workload: str = "") -> dict[str, Any]:
+    """`given` with former parameter names replaced by today's (a name given both ways is bad input)."""
+    renamed = {old: p.name for p in declared for old in p.aliases}
+    if not renamed or not any(k in renamed for k in given):
+        return dict(given)
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        name = renamed.get(key, key)
+        if name in out:
+            raise BadInput(f"{workload}: '{key}' is the former name of '{name}'; give {name} once")
+        out[name] = value
+    return out
+
+
+def typed_fields(cls, values: dict[str, Any]):
+    """An instance of the dataclass `cls` from the `values` its fields name (the rest belong to other owners)."""
+    from dataclasses import fields
+
+    return cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values})

@@ -1,4 +1,4 @@
-"""One flow from run spec to record: resolve parameters, pick device and system, measure, record, store."""
+"""One flow from run spec to record: resolve the settings by owner, pick device and system, measure, record, store."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caraml import distributed, params as params_mod, systems, workloads
-from caraml.bench import RunContext
+from caraml.contract import RunContext
 from caraml.errors import BadInput
-from caraml.measure.harness import HARNESS_PARAMS, Measurement, memory, metrics, run_steps, say
+from caraml.measure.harness import Measurement, memory, metrics, run_steps, say
 from caraml.measure.stops import StopRequested
 from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store
+from caraml.settings import RUN_PARAMS, MeasureSettings
 
 
 @dataclass
@@ -27,7 +28,18 @@ class RunSpec:
     results: str = "caraml-results"
 
 
-def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
+@dataclass(frozen=True)
+class Resolved:
+    """A run spec's settings, each with its owner: the workload's config, the harness's, the power monitor's.
+    `values` is the same, flat: every effective parameter, as the record's `params` keeps it."""
+
+    workload: workloads.Workload
+    values: dict[str, Any]
+    config: Any
+    measure: MeasureSettings
+
+
+def resolve(spec: RunSpec) -> Resolved:
     """Every effective parameter, typed and checked (imports no torch unless a check needs it)."""
     wl = workloads.get(spec.workload)
     preset = None
@@ -35,8 +47,14 @@ def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
         if spec.preset not in wl.presets:
             raise BadInput(f"{wl.name}: unknown preset '{spec.preset}'; choose one of: " + ", ".join(wl.presets))
         preset = wl.presets[spec.preset]
-    values = params_mod.resolve(wl.params + HARNESS_PARAMS, spec.params, wl.name, preset)
-    return wl, values
+    values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, preset)
+    return Resolved(wl, values, wl.config_of(values), MeasureSettings.from_params(values))
+
+
+def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
+    """The workload and every effective parameter, flat (for callers that print or store them)."""
+    run = resolve(spec)
+    return run.workload, run.values
 
 
 def _pick_device(choice: str, dist):
@@ -52,6 +70,49 @@ def _pick_device(choice: str, dist):
     return torch.device("cpu")
 
 
+@dataclass
+class _Setup:
+    """What a run stands on before its first step: settings, ranks, layout, device, system."""
+
+    run: Resolved
+    dist: Any  # caraml.distributed.DistContext
+    dims: Any  # caraml.parallel_dims.ParallelDims
+    device: Any  # torch.device
+    tag: str
+    profile: dict
+
+    def context(self) -> RunContext:
+        return RunContext(device=self.device, seed=self.run.measure.seed, dist=self.dist, dims=self.dims,
+                          data_root=os.environ.get("CARAML_DATA"))
+
+
+def _set_up(spec: RunSpec) -> _Setup:
+    """Everything that can be refused before a process group starts: parameters, layout, device, system."""
+    run = resolve(spec)
+    wl = run.workload
+    workloads.require_built(wl)
+    dist = distributed.launch_env()
+    dims = wl.parallel_dims(run.config, dist.world_size)
+    device = _pick_device(run.measure.device, dist)
+    if wl.check_device:
+        wl.check_device(run.config, device)
+    tag = systems.get(spec.system)["tag"] if spec.system else systems.detect(device)
+    return _Setup(run, dist, dims, device, tag, systems.get(tag))
+
+
+def build_bench(spec: RunSpec, device: str | None = None):
+    """The Bench of a run spec, built in this process without harness, monitor or record: for profile scripts
+    and tests that drive `step()` themselves. Under torchrun the process group must already be up."""
+    if device is not None:
+        spec = RunSpec(spec.workload, {**spec.params, "device": device}, spec.preset, spec.system, spec.results)
+    setup = _set_up(spec)
+    if setup.dist.world_size > 1:
+        import torch.distributed as tdist
+
+        setup.dist.backend = tdist.get_backend()
+    return setup.run.workload.build(setup.run.config, setup.context())
+
+
 def execute(spec: RunSpec, monitor_factory=None) -> dict:
     """Run one benchmark point; returns its record (saved by rank 0). BadInput propagates."""
     with StopRequested() as stop:  # from the very start: a stop during start-up still leaves a record
@@ -59,45 +120,63 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
 
 
 def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
-    from caraml.measure import env as env_mod
-
-    wl, values = resolve_params(spec)
-    workloads.require_built(wl)
-    dist = distributed.launch_env()
-    dims = wl.parallel_dims(values, dist.world_size)
-    device = _pick_device(values["device"], dist)
-    if wl.check_device:
-        wl.check_device(values, device)
-    tag = systems.get(spec.system)["tag"] if spec.system else systems.detect(device)
-    profile = systems.get(tag)
+    setup = _set_up(spec)
+    dist, run = setup.dist, setup.run
     store = Store(spec.results)
     if dist.is_main:
         ensure_writable_dir(store.runs)
-    distributed.init(dist, device.type)
+    distributed.init(dist, setup.device.type)
+    record = _new_record(spec, setup)
+    say(f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
+        f"process{'es' if dist.world_size > 1 else ''}): "
+        + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline), dist)
 
-    record = rec.RunRecord.for_config(
-        wl.name, values, {"tag": tag, "detected": spec.system is None, "profile": profile},
-        {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
-         "rank": dist.rank, "backend": dist.backend, "launcher": distributed.launcher(), "device": str(device),
-         "parallel": dims.as_dict()},
-        preset=spec.preset, env=env_mod.collect())
-    if not dist.is_main:
-        record.run_id += f"-rank{dist.rank}"
-    say(f"{wl.name} on {tag} ({device}, {dist.world_size} process{'es' if dist.world_size > 1 else ''}): "
-        + ", ".join(f"{k}={v}" for k, v in values.items() if k in _HEADLINE), dist)
-
-    m = Measurement()
-    bench = None
     if monitor_factory is None:
         from caraml.power.run import monitor_factory  # the default: power=auto|off|methods decides
     monitor = monitor_factory(record.to_dict(), store.runs)
-    ctx = RunContext(device=device, seed=values["seed"], dist=dist, dims=dims, data_root=os.environ.get("CARAML_DATA"))
+    m = Measurement()
+    bench = _measure(setup, record, m, stop, monitor)
+    # After a stop all ranks agreed on, collectives are still safe; after a failure they are not.
+    collective = record.status == "ok" or (record.status == "interrupted" and m.agreed)
+    if bench is not None:
+        _bench_metrics(setup, bench, record, m, collective)
+    if monitor:  # energy needs the units of the measured window
+        record.metrics["energy"] = monitor.finish(record.metrics, dist, gather=collective)
+    record.metrics.setdefault("energy", {"total_wh": None, "available": False,
+                                         "reason": "no power monitor was attached to this run (power=off)"})
+    record.finished_at = rec.now()
+    out = _save(record, store, dist)
+    if collective:
+        distributed.shutdown(dist)
+    return out
+
+
+def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
+    from caraml.measure import env as env_mod
+
+    dist = setup.dist
+    launch = {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
+              "rank": dist.rank, "backend": dist.backend, "launcher": distributed.launcher(),
+              "device": str(setup.device), "parallel": setup.dims.as_dict()}
+    record = rec.RunRecord.for_config(
+        setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,
+                                                    "profile": setup.profile},
+        launch, preset=spec.preset, env=env_mod.collect())
+    if not dist.is_main:
+        record.run_id += f"-rank{dist.rank}"
+    return record
+
+
+def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopRequested, monitor):
+    """Build the benchmark and run its steps under the harness; the record's status says how it ended.
+    Returns the Bench (None when it was never built)."""
+    bench = None
     try:
         if monitor:
             monitor.start()
         if stop.signal is None:
-            bench = wl.build(values, ctx)
-            run_steps(bench, values, device, dist, m, stop, monitor)
+            bench = setup.run.workload.build(setup.run.config, setup.context())
+            run_steps(bench, setup.run.measure, setup.device, setup.dist, m, stop, monitor)
         _stopped(record, m, stop)
     except BadInput:
         raise
@@ -115,33 +194,29 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     finally:
         if monitor:
             monitor.stop()  # at once: sampling ends with the run
+    return bench
 
-    # After a stop all ranks agreed on, collectives are still safe; after a failure they are not.
-    collective = record.status == "ok" or (record.status == "interrupted" and m.agreed)
-    if bench is not None:
-        info = bench.info
-        peak = systems.peak_tflops(profile, info.precision)
-        if m.steps or m.warmup_times:
-            record.metrics.update(metrics(info, dims, dist, m, peak, interrupted=not collective))
-        record.metrics.update(memory(device))
-        record.metrics.update(bench.details())
-        bench.close()
-    if monitor:  # energy needs the units of the measured window
-        record.metrics["energy"] = monitor.finish(record.metrics, dist, gather=collective)
-    record.metrics.setdefault("energy", {"total_wh": None, "available": False,
-                                         "reason": "no power monitor was attached to this run (power=off)"})
-    record.finished_at = rec.now()
+
+def _bench_metrics(setup: _Setup, bench, record: rec.RunRecord, m: Measurement, collective: bool) -> None:
+    info = bench.info
+    peak = systems.peak_tflops(setup.profile, info.precision)
+    if m.steps or m.warmup_times:
+        record.metrics.update(metrics(info, setup.dims, setup.dist, m, peak, interrupted=not collective))
+    record.metrics.update(memory(setup.device))
+    record.metrics.update(bench.details())
+    bench.close()
+
+
+def _save(record: rec.RunRecord, store: Store, dist) -> dict:
+    """Rank 0 writes the run's record; another rank writes one only when it failed on its own (rank 0 may then
+    be stuck in a collective and be killed by torchrun before it can)."""
     out = record.to_dict()
-    # Rank 0 writes the run's record; another rank writes one only when it failed on its own (rank 0
-    # may then be stuck in a collective and be killed by torchrun before it can).
     if dist.is_main or record.status in ("oom", "failed"):
         try:
             out["path"] = str(store.save(out))
         except BadInput as exc:  # nowhere to write: the record still goes to stdout (--json) and the summary
             print(f"caraml: error: {exc}", file=sys.stderr)
             out["path"] = None
-    if collective:
-        distributed.shutdown(dist)
     return out
 
 
@@ -152,10 +227,6 @@ def _stopped(record, m: Measurement, stop: StopRequested) -> None:
         record.status, record.error = "interrupted", f"stopped by {signal_name} during {m.phase}"
     else:
         record.status = "ok"
-
-
-_HEADLINE = ("model", "problem", "mode", "batch_size", "precision", "amp", "compile", "compile_mode", "channels_last", "data",
-             "image_size")
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -12,7 +12,7 @@ from caraml import params as params_mod, systems, workloads
 from caraml.campaign import expr
 from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
 from caraml.errors import BadInput, shown
-from caraml.measure.harness import HARNESS_PARAMS
+from caraml.settings import RUN_PARAMS
 from caraml.results.record import config_id
 
 MAX_POINTS = 10_000  # a sweep beyond this is a typo more often than a plan (`caraml sweep --max-points N`)
@@ -64,7 +64,7 @@ def apply_overrides(suite: Suite, overrides: dict[str, str]) -> None:
 
 
 def _declared(suite: Suite):
-    return workloads.get(suite.workload).params + HARNESS_PARAMS
+    return workloads.get(suite.workload).params + RUN_PARAMS
 
 
 def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_POINTS) -> list[Point]:
@@ -136,10 +136,9 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     if launcher not in ("torchrun", "srun"):
         raise BadInput(f"suite {suite.name}: launcher={shown(launcher)} is not valid; choose torchrun or srun")
     values = params_mod.resolve(list(declared.values()), chosen["params"], wl.name, preset)
-    if wl.check_launch is not None:
-        problem = wl.check_launch(values, nodes * per_node)
-        if problem:
-            raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
+    problem = wl.launch_problem(values, nodes * per_node)
+    if problem:
+        raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
     cid = config_id(wl.name, values, system, nodes * per_node, nodes)
     as_set = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
     time_limit = launch.get("time_limit")

@@ -8,6 +8,7 @@ stops cleanly at a stop signal (measure/stops.py), keeping what it measured.
 from __future__ import annotations
 
 import gc
+import itertools
 import statistics
 import sys
 import time
@@ -15,18 +16,7 @@ from dataclasses import dataclass, field
 
 from caraml.measure.stops import StopRequested
 from caraml.measure.timing import StepClock, summarize
-from caraml.params import Param
-from caraml.power.run import PARAMS as POWER_PARAMS
-
-HARNESS_PARAMS = [
-    Param("warmup_steps", int, 10, "steps run before measuring (compilation, autotuning); not timed as throughput",
-          minimum=1),
-    Param("measure_steps", int, 50, "steps in the measured window", minimum=1),
-    Param("measure_seconds", float, 0.0,
-          "if > 0, measure for about this long instead (step count fixed from the warm-up step time)", minimum=0.0),
-    Param("seed", int, 0, "random seed for weights and synthetic data", minimum=0),
-    Param("device", str, "auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu")),
-] + POWER_PARAMS
+from caraml.settings import MeasureSettings
 
 # Ranks agree on stopping every this many measured steps: one small all-reduce, not one per step.
 STOP_CHECK_EVERY = 10
@@ -34,6 +24,8 @@ STOP_CHECK_EVERY = 10
 
 @dataclass
 class Measurement:
+    """What the harness measured so far (filled as it goes, so a stopped run keeps it)."""
+
     phase: str = "setup"
     warmup_times: list[float] = field(default_factory=list)
     warmup_s: float = 0.0
@@ -49,46 +41,66 @@ def say(message: str, dist) -> None:
         print(f"caraml: {message}", file=sys.stderr, flush=True)
 
 
-def run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested, monitor=None) -> None:
+def run_steps(bench, settings: MeasureSettings, device, dist, m: Measurement, stop: StopRequested,
+              monitor=None) -> None:
     """Warm up, then measure; fills `m` as it goes so an interruption keeps what was measured."""
-    try:
-        _run_steps(bench, p, device, dist, m, stop, monitor)
-    finally:
-        gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
-
-
-def _run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested, monitor=None) -> None:
     sync = (lambda: __import__("torch").cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    m.phase = "warmup"
-    if monitor:
-        monitor.mark("warmup")
     # Everything built so far lives for the whole run: keep it out of the garbage collector's full scans, which
     # otherwise grow with the size of the imported libraries and stall launch-bound steps (timeit's reasoning).
     gc.collect()
     gc.freeze()
-    say(f"warm-up: {p['warmup_steps']} steps", dist)
+    try:
+        if not _warm_up(bench, settings, sync, dist, m, stop, monitor):
+            return  # stopped before the window: the power phases end where the run did
+        _measure(bench, _window_steps(settings, dist, m), device, sync, dist, m, stop, monitor)
+        _run_extra(bench, dist, m, stop, monitor)
+    finally:
+        gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
+    if m.stop_signal is None:  # a stopped run says in which phase it stopped
+        m.phase = "done"
+    if monitor:
+        monitor.mark("done")
+
+
+def _enter(phase: str, m: Measurement, monitor) -> None:
+    m.phase = phase
+    if monitor:
+        monitor.mark(phase)
+
+
+def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop: StopRequested, monitor) -> bool:
+    """The warm-up steps, each timed on its own; False when a stop came."""
+    _enter("warmup", m, monitor)
+    say(f"warm-up: {settings.warmup_steps} steps", dist)
     if _stop_agreed(stop, dist, m, every=1):  # a stop that came while the benchmark was being built
-        return
+        return False
     start = time.perf_counter()
-    for _ in range(p["warmup_steps"]):
+    for _ in range(settings.warmup_steps):
         t0 = time.perf_counter()
         bench.step()
         sync()
         m.warmup_times.append(time.perf_counter() - t0)
         if _stop_agreed(stop, dist, m, every=1):
-            return
+            return False
     m.warmup_s = time.perf_counter() - start
+    return True
 
-    steps = p["measure_steps"]
-    if p["measure_seconds"] > 0:
-        # Every rank must run the same number of steps: fix it from the slowest rank's typical warm-up
-        # step (the median of the last three, so a first step that compiled does not count alone).
-        typical = statistics.median(m.warmup_times[-3:] if len(m.warmup_times) > 1 else m.warmup_times)
-        steps = max(1, int(p["measure_seconds"] / max(dist.all_reduce(typical, "max"), 1e-9)))
+
+def _window_steps(settings: MeasureSettings, dist, m: Measurement) -> int:
+    if settings.measure_seconds <= 0:
+        return settings.measure_steps
+    # Every rank must run the same number of steps: fix it from the slowest rank's typical warm-up
+    # step (the median of the last three, so a first step that compiled does not count alone).
+    typical = statistics.median(m.warmup_times[-3:] if len(m.warmup_times) > 1 else m.warmup_times)
+    return max(1, int(settings.measure_seconds / max(dist.all_reduce(typical, "max"), 1e-9)))
+
+
+def _measure(bench, steps: int, device, sync, dist, m: Measurement, stop: StopRequested, monitor) -> None:
+    """The measured window: `steps` steps between two device synchronisations."""
     dist.barrier()
-    m.phase = "measure"
-    if monitor:
-        monitor.mark("measure")
+    _enter("measure", m, monitor)
+    if hasattr(bench, "begin_measure"):  # the workload learns which steps are measured (its own per-step figures)
+        bench.begin_measure()
     say(f"measuring: {steps} steps", dist)
     clock = StepClock(device.type, sync)
     clock.start()
@@ -99,11 +111,6 @@ def _run_steps(bench, p: dict, device, dist, m: Measurement, stop: StopRequested
         if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
             break
     m.wall_s, m.step_times = clock.stop()
-    _run_extra(bench, dist, m, stop, monitor)
-    if m.stop_signal is None:  # a stopped run says in which phase it stopped
-        m.phase = "done"
-    if monitor:
-        monitor.mark("done")
 
 
 def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor) -> None:
@@ -113,19 +120,22 @@ def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor) -> Non
     if not phase or m.stop_signal:
         return
     dist.barrier()
-    m.phase = phase
-    if monitor:
-        monitor.mark(phase)
+    _enter(phase, m, monitor)
     say(f"{phase}: the workload's own measurement", dist)
-    bench.run_extra(lambda: _stop_agreed(stop, dist, m, every=1))
+    calls = itertools.count(1)
+    # Called once per step of the workload's own loop: every call on one process, every STOP_CHECK_EVERY-th
+    # collectively with several (the same count on every rank, as the contract asks).
+    bench.run_extra(lambda: _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY, count=next(calls)))
 
 
-def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int) -> bool:
+def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int, count: int | None = None) -> bool:
     """Whether to stop now. With several ranks the decision is collective (every `every` steps), so all
     ranks leave the loop at the same step and can still agree on the window and the energy."""
+    if count is None:
+        count = m.steps if m.phase == "measure" else len(m.warmup_times)
     if dist.world_size == 1:
         stopped = stop.signal is not None
-    elif (m.steps if m.phase == "measure" else len(m.warmup_times)) % every:
+    elif count % every:
         return False
     else:
         stopped = dist.all_reduce(1.0 if stop.signal else 0.0, "max") > 0

@@ -12,14 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from caraml.errors import BadInput, shown
-from caraml.measure.harness import HARNESS_PARAMS
 from caraml.results.energy import Energy, energy_of, is_number
 from caraml.results.record import validate
-
-# Measurement settings, not the configuration being measured: two runs differing only in these
-# measure the same thing, so comparisons match across them. `device` is not one: a cpu run and a
-# cuda run are different configurations.
-HARNESS_KEYS = tuple(p.name for p in HARNESS_PARAMS if p.name != "device")
+from caraml.settings import MEASUREMENT_KEYS
 
 
 @dataclass
@@ -95,7 +90,7 @@ class Point:
     def config(self, without: tuple[str, ...] = ()) -> dict:
         """The configuration this point measures: system, devices, nodes and workload parameters."""
         out = {"system": self.system, "devices": self.devices, "nodes": self.nodes}
-        out.update({k: v for k, v in self.params.items() if k not in HARNESS_KEYS})
+        out.update({k: v for k, v in self.params.items() if k not in MEASUREMENT_KEYS})
         return {k: v for k, v in out.items() if k not in without}
 
 

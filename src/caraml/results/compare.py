@@ -1,7 +1,7 @@
 """Comparisons: the same configurations side by side across the values of one key (system, precision, ...).
 
 Points are matched on their configuration without the compared key (and without measurement
-settings such as measure_steps, see aggregate.HARNESS_KEYS). A matched configuration that the
+settings such as measure_steps, see settings.MEASUREMENT_KEYS). A matched configuration that the
 baseline and at least one other group ran becomes a row: each group's throughput and units per
 Wh, and their ratios to the baseline. Every other configuration, and every configuration whose
 runs all failed, is listed apart with the reason; nothing is dropped silently.

@@ -6,7 +6,6 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -15,20 +14,13 @@ REQUIRED = ("schema", "id", "run_id", "workload", "status", "params", "system", 
             "env", "started_at", "finished_at", "error")
 
 
-@lru_cache(maxsize=1)
-def measurement_keys() -> frozenset[str]:
-    """Parameters that say how a point is measured (steps, seed, power sampling), not what is measured.
-    `device` is not one: a cpu run and a cuda run are different configurations."""
-    from caraml.measure.harness import HARNESS_PARAMS
-
-    return frozenset(p.name for p in HARNESS_PARAMS if p.name != "device")
-
-
 def config_id(workload: str, params: dict, system_tag: str, world_size: int, nodes: int) -> str:
-    """Stable hash of the configuration alone: the same point gets the same id however it is measured, so
-    `result`, `compare` and `--resume` agree on what "the same point" is."""
-    skip = measurement_keys()
-    params = {k: v for k, v in params.items() if k not in skip}
+    """Stable hash of the configuration alone (the workload's parameters and the device asked for, the system,
+    the launch): the same point gets the same id however it is measured, so `result`, `compare` and `--resume`
+    agree on what "the same point" is."""
+    from caraml.settings import identity
+
+    params = identity(params)
     canonical = json.dumps({"workload": workload, "params": params, "system": system_tag,
                             "world_size": world_size, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -35,25 +35,46 @@ class Col:
 
 @dataclass(frozen=True)
 class Workload:
+    """A workload's declaration: its parameters and how they become its typed config, and the functions that
+    check and build it. Everything here is importable without torch; `build` imports what it needs."""
+
     name: str
     unit: str  # what throughput counts, per second: "images", "tokens", "timesteps"
     params: list[Param]
     presets: dict[str, dict[str, Any]]
-    build: Callable[..., Any] | None  # (params, RunContext) -> caraml.bench.Bench; None: declared, not built
-    check_device: Callable[..., None] | None = None  # (params, device): BadInput if it can't run there
+    build: Callable[..., Any] | None  # (config, RunContext) -> caraml.contract.Bench; None: declared, not built
+    # The typed config: a frozen dataclass with `from_params(values) -> config`, the one reader of the
+    # workload's parameter values. Every function below takes the config, never the flat values.
+    config: Any = None
+    check_device: Callable[..., None] | None = None  # (config, device): BadInput if it can't run there
     description: str = ""
-    # (params, devices) -> error message or None: launch-shape checks such as tp*pp dividing devices
-    check_launch: Callable[[dict[str, Any], int], str | None] | None = None
-    # (params, world) -> caraml.bench.ParallelDims; None: every process is a data-parallel replica
-    dims: Callable[[dict[str, Any], int], Any] | None = None
+    # (config, devices) -> error message or None: launch-shape checks such as tp*pp dividing devices
+    check_launch: Callable[[Any, int], str | None] | None = None
+    # (config, world) -> caraml.parallel_dims.ParallelDims; None: every process is a data-parallel replica
+    dims: Callable[[Any, int], Any] | None = None
     # The result table, in order: names of shared columns (caraml.results.columns.SHARED) and Cols of its own.
     columns: tuple = ()
     metrics: tuple[str, ...] = ()  # the keys its Bench.details() puts into the record's metrics
 
-    def parallel_dims(self, values: dict[str, Any], world: int):
-        from caraml.bench import ParallelDims
+    def config_of(self, values: dict[str, Any]):
+        """The typed config of resolved parameter values (a run's, or a sweep point's)."""
+        if self.config is None:  # a workload that reads the flat values itself
+            return dict(values)
+        return self.config.from_params(values)
 
-        return self.dims(values, world) if self.dims else ParallelDims(dp=world)
+    def parallel_dims(self, config, world: int):
+        from caraml.parallel_dims import ParallelDims
+
+        return self.dims(config, world) if self.dims else ParallelDims(dp=world)
+
+    def launch_problem(self, values: dict[str, Any], devices: int) -> str | None:
+        """What makes these values impossible on `devices` processes, in one line; None when they fit."""
+        return self.check_launch(self.config_of(values), devices) if self.check_launch else None
+
+    @property
+    def headline(self) -> tuple[str, ...]:
+        """The parameters a run names in its first line (Param(headline=True))."""
+        return tuple(p.name for p in self.params if p.headline)
 
 
 def register(workload: Workload) -> Workload:

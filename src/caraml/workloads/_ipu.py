@@ -75,7 +75,7 @@ class IpuBench:
         import torch
         import torchvision
 
-        from caraml.bench import BenchInfo
+        from caraml.contract import BenchInfo
         from caraml.workloads.image_classification import FLOPS_CONVENTION, count_flops_per_image
 
         poptorch = require_poptorch()

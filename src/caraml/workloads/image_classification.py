@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from functools import lru_cache
 from typing import Any
 
-from caraml.bench import BenchInfo, RunContext
+from caraml.contract import BenchInfo, RunContext
 from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.training import backward_and_step
@@ -50,18 +50,18 @@ def _check_model(name: str) -> str | None:
 
 
 PARAMS = [
-    Param("model", str, "resnet50", "torchvision classification model", check=_check_model),
-    Param("image_size", int, 224, "height and width of the square input images", minimum=16),
+    Param("model", str, "resnet50", "torchvision classification model", check=_check_model, headline=True),
+    Param("image_size", int, 224, "height and width of the square input images", minimum=16, headline=True),
     Param("num_classes", int, 1000, "classifier outputs", minimum=2),
-    Param("batch_size", int, 64, "images per device per step (poptorch: per replica per micro-batch)", minimum=1),
+    Param("batch_size", int, 64, "images per device per step (poptorch: per replica per micro-batch)", minimum=1, headline=True),
     Param("precision", str, "fp32", "fp32, tf32 (matmul/conv in TF32), fp16 (autocast+GradScaler), bf16 (autocast); "
-          "IPU (backend=poptorch): 16.16, 16.32, 32.32 (model.partials)", choices=PRECISIONS + IPU_PRECISIONS),
-    Param("compile", str, "none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS),
-    Param("compile_mode", str, "default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES),
+          "IPU (backend=poptorch): 16.16, 16.32, 32.32 (model.partials)", choices=PRECISIONS + IPU_PRECISIONS, headline=True),
+    Param("compile", str, "none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS, headline=True),
+    Param("compile_mode", str, "default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES, headline=True),
     Param("compile_scope", str, "model", "compile the model, or the whole train step", choices=("model", "step")),
-    Param("channels_last", bool, False, "NHWC memory format for model and inputs"),
+    Param("channels_last", bool, False, "NHWC memory format for model and inputs", headline=True),
     Param("data", str, "synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",
-          choices=DATA),
+          choices=DATA, headline=True),
     Param("workers", int, 4, "DataLoader worker processes for data=synthetic-host", minimum=0),
     Param("cudnn_benchmark", bool, True, "let cuDNN pick the fastest convolution algorithms (warm-up)"),
     Param("lr", float, 0.1, "SGD learning rate", minimum=0.0),

@@ -37,11 +37,11 @@ def _check_shape(text: str) -> str | None:
 
 PARAMS = [
     Param("problem", str, "RBC2D", "PIC1D, PIC2D (particle-in-cell plasma), RBC2D, RBC3D (Rayleigh-Benard convection)",
-          choices=NAMES),
+          choices=NAMES, headline=True),
     Param("mode", str, "train", "train (forward, backward, Adam) or eval (inference, no gradients)",
-          choices=("train", "eval")),
+          choices=("train", "eval"), headline=True),
     Param("batch_size", int, 0, "samples (timesteps) per device per step; 0: the problem's (CARAML's) batch size",
-          minimum=0),
+          minimum=0, headline=True),
     Param("width", int, 0, "channels of the Fourier layers; 0: the problem's width", minimum=0),
     Param("modes", str, "auto", "Fourier modes kept per dim, e.g. 12x12 or 12x12x6; auto: the problem's",
           check=_check_shape),
@@ -50,23 +50,23 @@ PARAMS = [
           check=_check_shape),
     Param("particles", int, 0, "PIC particles per sample of synthetic data; 0: the problem's 100000", minimum=0),
     Param("data", str, "synthetic", "synthetic (random tensors of the problem's shapes, made on the device) or "
-          "file (CARAML's HDF5 data set; make one with `caraml data fno-synthetic`)", choices=("synthetic", "file")),
+          "file (CARAML's HDF5 data set; make one with `caraml data fno-synthetic`)", choices=("synthetic", "file"), headline=True),
     Param("data_path", str, "", "data=file: the HDF5 file or its folder; empty: $CARAML_DATA/<CARAML's file name>"),
     Param("samples", int, 0, "data=synthetic: samples made per device (0: 5 batches, 4 train + 1 validation); "
           "data=file: the first this many samples of the file (0: all)", minimum=0),
     Param("epochs", int, 5, "mode=train: epochs of CARAML's epoch runner (Timesteps/s, first epoch left out), run "
           "before the steady-state measurement; 0: none", minimum=0),
     Param("amp", str, "off", "automatic mixed precision: off, fp16 (autocast + GradScaler, CARAML's use_amp), bf16",
-          choices=("off", "fp16", "bf16")),
+          choices=("off", "fp16", "bf16"), headline=True),
     Param("complex_mixed_precision", bool, False, "FFTs and spectral products in fp16 (CARAML's "
           "ComplexMixedPrecision; CUDA, power-of-two FFT sizes)"),
     Param("complex_weights", bool, False, "keep spectral weights as torch.cfloat with complex einsums (the classic "
           "implementation, for comparison); off: real weights and real matmuls (compiles)"),
-    Param("compile", str, "none", "none (eager) or inductor (torch.compile)", choices=("none", "inductor")),
+    Param("compile", str, "none", "none (eager) or inductor (torch.compile)", choices=("none", "inductor"), headline=True),
     # reduce-overhead by default: an FNO step is hundreds of small kernels, and CUDA graphs replay them as one
     # (RBC2D training on an H200: 2.5x eager, where mode default gave 1.06x). CARAML's suite names its modes.
     Param("compile_mode", str, "reduce-overhead", "torch.compile mode for compile=inductor (reduce-overhead: CUDA "
-          "graphs)", choices=COMPILE_MODES),
+          "graphs)", choices=COMPILE_MODES, headline=True),
     Param("compile_scope", str, "model", "model (the whole operator, FFTs included), pointwise (FFTs and spectral "
           "products left eager), step (the whole train step with Adam)", choices=("model", "pointwise", "step")),
     Param("compile_report", bool, False, "CARAML's fno_compile.py table in the record: inference time of eager and "

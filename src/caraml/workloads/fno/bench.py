@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from caraml.bench import BenchInfo, RunContext
+from caraml.contract import BenchInfo, RunContext
 from caraml.errors import BadInput
 from caraml.training import backward_and_step
 from caraml.workloads.fno import COMPILE_MODES, files, flops, settings

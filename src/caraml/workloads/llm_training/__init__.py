@@ -42,15 +42,15 @@ PARAMS = [
     Param("distributed_optimizer", bool, True, "shard parameters, gradients and optimizer state over the "
           "data-parallel replicas (FSDP2); off: DDP (all-reduce of gradients)"),
     Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master "
-          "weights", choices=("fp32", "fp16", "bf16")),
-    Param("compile", bool, False, "torch.compile the model (compile_scope says what is one graph)"),
+          "weights", choices=("fp32", "fp16", "bf16"), headline=True),
+    Param("compile", bool, False, "torch.compile the model (compile_scope says what is one graph)", headline=True),
     Param("attention", str, "auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
           choices=("auto", "cudnn", "flash", "efficient", "math")),
     Param("compile_scope", str, "model", "model: forward and loss as one graph (head and cross-entropy fused), "
           "where tp = pp = 1; block: each transformer block on its own (any layout; the fallback)",
           choices=("model", "block")),
     Param("data", str, "synthetic", "synthetic tokens made on the device, or oscar (a Megatron .bin/.idx)",
-          choices=("synthetic", "oscar")),
+          choices=("synthetic", "oscar"), headline=True),
     Param("data_path", str, "", "data=oscar: prefix of the .bin/.idx (default: $CARAML_DATA/oscar_text_document)"),
     Param("lr", float, 1e-4, "peak learning rate (AdamW, betas 0.9/0.999, eps 1e-8)", minimum=0.0),
     Param("min_lr", float, 1e-5, "learning rate at the end of the cosine decay", minimum=0.0),
@@ -121,7 +121,7 @@ def layout_problem(p: dict[str, Any], devices: int) -> str | None:
 
 
 def dims(p: dict[str, Any], world: int):
-    from caraml.bench import ParallelDims
+    from caraml.parallel_dims import ParallelDims
 
     problem = layout_problem(p, world)
     if problem:

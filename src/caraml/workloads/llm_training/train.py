@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from caraml.bench import BenchInfo, ParallelDims, RunContext
+from caraml.contract import BenchInfo, RunContext
+from caraml.parallel_dims import ParallelDims
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import parallel, sizes
 from caraml.workloads.llm_training.model import GPTConfig, attention_kernels
@@ -309,11 +310,11 @@ def train_losses(overrides: dict[str, Any], steps: int, preset: str | None = "sm
     every rank. With WORLD_SIZE > 1 (torchrun) the process group must be up; the layout comes from tp and pp.
     For comparing layouts: the same model, seed and global batch give the same losses in every layout."""
     from caraml import distributed
-    from caraml.measure.harness import HARNESS_PARAMS
+    from caraml.settings import RUN_PARAMS
     from caraml.params import resolve
     from caraml.workloads.llm_training import PRESETS, WORKLOAD
 
-    p = resolve(WORKLOAD.params + HARNESS_PARAMS, overrides, WORKLOAD.name, PRESETS.get(preset) if preset else None)
+    p = resolve(WORKLOAD.params + RUN_PARAMS, overrides, WORKLOAD.name, PRESETS.get(preset) if preset else None)
     launch = distributed.launch_env()
     if launch.world_size > 1:
         launch.backend = dist.get_backend()

@@ -10,50 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from caraml.errors import BadInput
-
-
-@dataclass(frozen=True)
-class ParallelDims:
-    """How the world of processes splits: data-parallel replicas x tensor-parallel x pipeline stages.
-
-    Ranks are laid out with tp innermost, then dp, then pp (Megatron's order):
-    rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
-    """
-
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-
-    @property
-    def world(self) -> int:
-        return self.dp * self.tp * self.pp
-
-    @classmethod
-    def split(cls, world: int, tp: int = 1, pp: int = 1) -> "ParallelDims":
-        """dp = world / (tp * pp); bad input when tp * pp does not divide the world."""
-        if tp < 1 or pp < 1:
-            raise BadInput(f"tp={tp} and pp={pp} must be >= 1")
-        if world % (tp * pp):
-            raise BadInput(f"tp*pp = {tp}*{pp} = {tp * pp} does not divide the {world} processes; "
-                           f"launch a multiple of {tp * pp} processes or change tp/pp")
-        return cls(dp=world // (tp * pp), tp=tp, pp=pp)
-
-    def coords(self, rank: int) -> tuple[int, int, int]:
-        """(dp_rank, tp_rank, pp_rank) of a global rank."""
-        tp_rank = rank % self.tp
-        dp_rank = (rank // self.tp) % self.dp
-        pp_rank = rank // (self.tp * self.dp)
-        return dp_rank, tp_rank, pp_rank
-
-    def counts_units(self, rank: int) -> bool:
-        """Whether this rank speaks for its data-parallel replica when units are summed: one rank per replica
-        (tp rank 0 of the last pipeline stage, where the loss is), so TP x PP runs are not counted tp*pp times."""
-        _, tp_rank, pp_rank = self.coords(rank)
-        return tp_rank == 0 and pp_rank == self.pp - 1
-
-    def as_dict(self) -> dict[str, int]:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "world": self.world}
+from caraml.parallel_dims import ParallelDims
 
 
 @dataclass
@@ -110,10 +67,11 @@ class Bench(Protocol):
 
     def close(self) -> None: ...
 
-    # Optional: `extra_phase: str` and `run_extra(should_stop)` for a workload's own measurement after the
-    # steady-state window (CARAML's epochs), timed by the workload and shown as a power phase of its own.
+    # Optional: `begin_measure()`, called once right before the measured window, so a workload that keeps
+    # figures of its own per step (the LLM's iteration times and losses) knows which steps are measured.
 
     # Optional: a measurement of the workload's own after the steady-state window (e.g. CARAML's epochs). A
     # Bench with `extra_phase = "name"` gets `run_extra(should_stop)` called once, as a power phase of that name;
-    # `should_stop()` is collective (every rank calls it equally often) and says when to end early. It reports
+    # `should_stop()` is called once per step of that loop (caraml.kit.epochs does), equally often on every rank,
+    # and says when to end early. It reports
     # what it measured through details(), naming the convention of each figure.
