@@ -87,7 +87,7 @@ def llm(system, model_size, devices, tp, pp, gbs, tokens_per_s, **kw):
     t_iter = gbs * 2048 / tokens_per_s
     caraml_flops = caraml_flops_per_iteration(gbs, 2048, 16, 2048, 50304, recompute=True)  # the 800M model
     extra = {"time_per_iteration_s": t_iter, "global_batch_size": gbs, "measured_steps": 20,
-             "tflops_caraml_per_device": caraml_flops / (t_iter * devices * 1e12)}
+             "dp": devices // (tp * pp), "tflops_caraml_per_device": caraml_flops / (t_iter * devices * 1e12)}
     return record("llm_training", system, params, tokens_per_s, devices=devices, nodes=max(1, devices // 4),
                   extra_metrics={**extra, **kw.pop("extra_metrics", {})}, **kw)
 

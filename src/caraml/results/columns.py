@@ -77,13 +77,13 @@ def _value(x):
 
 
 def _dp(r):
-    """Data-parallel replicas: the record's own figure, else devices / (tp x pp)."""
-    dp = _num(_m(r).get("dp"))
-    if dp is None:
-        p = r.get("params") or {}
-        devices, tp, pp = _devices(r), _num(p.get("tp")) or 1, _num(p.get("pp")) or 1
-        dp = devices // (tp * pp) if devices else None
-    return dp
+    """Data-parallel replicas, from the run's parallel layout (the harness records it for every workload);
+    without one, every device is a replica."""
+    for layout in (_m(r), _m(r).get("parallel"), (r.get("launch") or {}).get("parallel")):
+        dp = _num((layout or {}).get("dp"))
+        if dp is not None:
+            return dp
+    return _devices(r)
 
 
 def _time_per_iteration(r):
