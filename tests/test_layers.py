@@ -1,0 +1,42 @@
+"""Who may import what: the layers that only read declarations and records stay free of torch and of the
+harness, so listing, validation, sweep expansion and tables are fast and run where torch is absent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import cli_env
+
+LIGHT = ("caraml.settings", "caraml.results.aggregate", "caraml.results.columns", "caraml.results.compare",
+         "caraml.campaign.expand", "caraml.workloads", "caraml.parallel_dims", "caraml.kit.precision",
+         "caraml.kit.epochs")
+
+
+def test_declarations_results_and_campaigns_import_no_torch_nor_the_harness():
+    code = ("import sys\n"
+            f"for m in {LIGHT!r}: __import__(m)\n"
+            "from caraml import workloads\n"
+            "for name in workloads.names(): workloads.get(name)\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')\n"
+            "               or m in ('caraml.measure.harness', 'caraml.runner'))\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_one_list_of_measurement_keys_from_the_declarations():
+    from caraml.settings import MEASUREMENT_KEYS, RUN_PARAMS, identity
+
+    assert MEASUREMENT_KEYS == {p.name for p in RUN_PARAMS if not p.identifies}
+    assert "device" not in MEASUREMENT_KEYS and {"seed", "power", "measure_steps"} <= MEASUREMENT_KEYS
+    assert identity({"batch_size": 8, "seed": 3, "device": "cpu"}) == {"batch_size": 8, "device": "cpu"}
+
+
+def test_a_record_id_is_the_same_as_before_the_settings_moved():
+    """Ids of stored records must not change: a smoke configuration's id, as computed before the refactor."""
+    from caraml.results.record import config_id
+
+    params = {"model": "resnet18", "batch_size": 16, "device": "auto", "seed": 0, "warmup_steps": 2,
+              "measure_steps": 8, "power": "auto", "power_interval_ms": 100.0}
+    assert config_id("image_classification", params, "CPU", 1, 1) == "2481c7a839ccb776"  # by commit 3b16e44
