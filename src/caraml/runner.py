@@ -89,8 +89,10 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     m = Measurement()
     bench = None
     if monitor_factory is None:
-        from caraml.power.run import monitor_factory  # the default: power=auto|off|methods decides
-    monitor = monitor_factory(record.to_dict(), store.runs)
+        from caraml.power.run_monitor import monitor_for_run as monitor_factory  # power=auto|off|methods decides
+    from caraml.power.settings import PowerSettings
+
+    monitor = monitor_factory(PowerSettings.from_params(values), profile, record.run_id, tag, store.runs)
     ctx = RunContext(device=device, seed=values["seed"], dist=dist, dims=dims, data_root=os.environ.get("CARAML_DATA"))
     try:
         if monitor:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from caraml.measure.stops import StopRequested
 from caraml.measure.timing import StepClock, summarize
 from caraml.params import Param
-from caraml.power.run import PARAMS as POWER_PARAMS
+from caraml.power.settings import POWER_PARAMS
 
 HARNESS_PARAMS = [
     Param("warmup_steps", int, 10, "steps run before measuring (compilation, autotuning); not timed as throughput",

@@ -1,0 +1,43 @@
+"""PowerSettings: the one reader of the power parameters, importable without torch or a backend."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from caraml.params import resolve
+from caraml.power.run_monitor import monitor_for_run
+from caraml.power.settings import POWER_PARAMS, PowerSettings
+from conftest import cli_env
+
+
+def test_settings_import_loads_no_torch_numpy_or_backend():
+    code = ("import caraml.power.settings, sys; "
+            "heavy = [m for m in sys.modules if m in ('torch', 'numpy') or m.startswith('caraml.power.backends.')]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, env=cli_env())
+
+
+def test_from_params_reads_the_resolved_power_parameters():
+    values = resolve(POWER_PARAMS, {"power": "rapl,nvml", "power_interval_ms": "20", "idle_baseline_s": "1.5",
+                                    "energy_files": "caraml"}, "w")
+    settings = PowerSettings.from_params(dict(values, batch_size=8))  # other owners' keys are ignored
+    assert settings == PowerSettings(methods="rapl,nvml", interval_ms=20.0, idle_baseline_s=1.5, energy_files="caraml")
+    assert settings.enabled
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.methods = "off"
+
+
+def test_from_params_defaults_are_the_declarations():
+    assert PowerSettings.from_params({}) == PowerSettings.from_params(resolve(POWER_PARAMS, {}, "w"))
+    assert PowerSettings.from_params({}) == PowerSettings(methods="auto", interval_ms=100.0, idle_baseline_s=0.0,
+                                                          energy_files="none")
+
+
+def test_power_off_means_no_monitor():
+    settings = PowerSettings.from_params({"power": "off"})
+    assert not settings.enabled
+    assert monitor_for_run(settings, {"power_methods": ["rapl"]}, "run-1", "cpu", None) is None
