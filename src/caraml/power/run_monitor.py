@@ -12,7 +12,7 @@ from caraml.power.settings import PowerSettings
 
 
 def monitor_for_run(settings: PowerSettings, profile: dict | None, run_id: str, system_tag: str,
-                    runs_dir=None) -> "RunMonitor | None":
+                    runs_dir=None) -> RunMonitor | None:
     """The run's power monitor; None when power is off."""
     if not settings.enabled:
         return None

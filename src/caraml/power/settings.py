@@ -48,11 +48,11 @@ class PowerSettings:
     """"caraml": also write jpwr-style per-node-rank CSVs and a combined CSV beside the record; "none": not."""
 
     @classmethod
-    def from_params(cls, values: dict[str, Any]) -> "PowerSettings":
+    def from_params(cls, values: dict[str, Any]) -> PowerSettings:
         """From resolved parameters (the declarations' defaults for keys not given)."""
-        get = lambda name: values.get(name, _DEFAULTS[name])  # noqa: E731
-        return cls(methods=get("power"), interval_ms=get("power_interval_ms"),
-                   idle_baseline_s=get("idle_baseline_s"), energy_files=get("energy_files"))
+        v = {name: values.get(name, default) for name, default in _DEFAULTS.items()}
+        return cls(methods=v["power"], interval_ms=v["power_interval_ms"], idle_baseline_s=v["idle_baseline_s"],
+                   energy_files=v["energy_files"])
 
     @property
     def enabled(self) -> bool:
