@@ -38,6 +38,8 @@ _DEFAULTS = {p.name: p.default for p in POWER_PARAMS}
 
 @dataclass(frozen=True)
 class PowerSettings:
+    """How `caraml run` measures power, read once from the parameters (`from_params`)."""
+
     methods: str = _DEFAULTS["power"]
     """The `power` parameter as given: "auto" (the system profile's methods), "off", or a comma list of methods."""
     interval_ms: float = _DEFAULTS["power_interval_ms"]
@@ -45,7 +47,7 @@ class PowerSettings:
     idle_baseline_s: float = _DEFAULTS["idle_baseline_s"]
     """Seconds of idle power sampled before the run starts (its own "idle" phase); 0: none."""
     energy_files: str = _DEFAULTS["energy_files"]
-    """"caraml": also write jpwr-style per-node-rank CSVs and a combined CSV beside the record; "none": not."""
+    """Extra files: with "caraml", jpwr-style per-node-rank CSVs and a combined CSV beside the record; "none": none."""
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> PowerSettings:
