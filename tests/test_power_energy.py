@@ -98,7 +98,7 @@ def test_a_failed_node_makes_energy_unavailable_with_its_reason():
 
 
 def test_interrupted_multi_node_run_sets_this_nodes_energy_against_its_share_of_the_units():
-    from caraml.power.run import run_energy
+    from caraml.power.run_monitor import run_energy
 
     metrics = {"units": 8000.0, "throughput": {"value": 1600.0, "unit": "images/s"}}
     node = _node("n1", ["g0", "g1", "g2", "g3"])          # 4 GPUs x 100 W x 5 s measured

@@ -16,7 +16,7 @@ from caraml.measure.stops import StopRequested
 from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store
-from caraml.settings import RUN_PARAMS, MeasureSettings
+from caraml.settings import RUN_PARAMS, MeasureSettings, PowerSettings
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Resolved:
     values: dict[str, Any]
     config: Any
     measure: MeasureSettings
+    power: PowerSettings
 
 
 def resolve(spec: RunSpec) -> Resolved:
@@ -48,7 +49,8 @@ def resolve(spec: RunSpec) -> Resolved:
             raise BadInput(f"{wl.name}: unknown preset '{spec.preset}'; choose one of: " + ", ".join(wl.presets))
         preset = wl.presets[spec.preset]
     values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, preset)
-    return Resolved(wl, values, wl.config_of(values), MeasureSettings.from_params(values))
+    return Resolved(wl, values, wl.config_of(values), MeasureSettings.from_params(values),
+                    PowerSettings.from_params(values))
 
 
 def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
@@ -132,8 +134,8 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
         + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline), dist)
 
     if monitor_factory is None:
-        from caraml.power.run import monitor_factory  # the default: power=auto|off|methods decides
-    monitor = monitor_factory(record.to_dict(), store.runs)
+        from caraml.power.run_monitor import monitor_for_run as monitor_factory  # power=auto|off|methods decides
+    monitor = monitor_factory(run.power, setup.profile, record.run_id, setup.tag, store.runs)
     m = Measurement()
     bench = _measure(setup, record, m, stop, monitor)
     # After a stop all ranks agreed on, collectives are still safe; after a failure they are not.

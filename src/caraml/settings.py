@@ -1,20 +1,21 @@
 """The run's own settings, apart from any workload's: how a point is measured and how its power is sampled.
 
 Declared as `Param`s (parsed with the workload's, into one flat record `params`), then resolved into typed,
-frozen settings by their owners: `MeasureSettings` for the harness, `PowerSettings` for the power monitor.
+frozen settings by their owners: `MeasureSettings` (here) for the harness, `PowerSettings`
+(caraml.power.settings) for the power monitor.
 Importing this module imports no torch, so results, campaigns and the CLI can read the declarations.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from caraml.params import Param, typed_fields
-from caraml.power.run import PARAMS as _POWER
+from caraml.power.settings import POWER_PARAMS, PowerSettings
 
-# How power is sampled never changes what is measured.
-POWER_PARAMS = [replace(p, identifies=False) for p in _POWER]
+__all__ = ["MEASURE_PARAMS", "POWER_PARAMS", "RUN_PARAMS", "MEASUREMENT_KEYS", "MeasureSettings", "PowerSettings",
+           "identity"]
 
 MEASURE_PARAMS = [
     Param("warmup_steps", int, 10, "steps run before measuring (compilation, autotuning); not timed as throughput",

@@ -17,11 +17,11 @@ from caraml.power.backends import METHODS
 from caraml.power.energy import combine, table
 from caraml.power.monitor import Monitor, resolve_methods
 
-__all__ = ["METHODS", "Monitor", "Measurement", "combine", "measure", "resolve_methods", "table"]
+__all__ = ["METHODS", "EnergyMeasurement", "Monitor", "combine", "measure", "resolve_methods", "table"]
 
 
-class Measurement:
-    """What `measure()` yields: mark phases while running; read energy after the block."""
+class EnergyMeasurement:
+    """The energy of one `measure()` block (what it yields): mark phases while running; read energy after."""
 
     def __init__(self, monitor: Monitor):
         self.monitor = monitor
@@ -44,7 +44,7 @@ class Measurement:
 def measure(methods: str = "auto", interval_ms: float = 100.0, out_dir: str | None = None, **options):
     """Measure energy of the enclosed block in a separate monitor process."""
     monitor = Monitor(methods, interval_ms, out_dir, phase="run", **options).start()
-    m = Measurement(monitor)
+    m = EnergyMeasurement(monitor)
     try:
         yield m
     finally:

@@ -149,15 +149,10 @@ def combine(nodes: list[dict], units: float | None = None, unit: str | None = No
     `total_wh` is the energy of `window` (the measured window of a benchmark; the whole run for a plain
     command); `units_per_wh` divides the units done in that window by it.
     """
-    failures = [f"{n.get('host', '?')}: {n['reason']}" for n in nodes if not n.get("available", True)]
     good = [n for n in nodes if n.get("available", True)]
     devices, dropped = dedupe([dict(d, host=n["host"]) for n in good for d in n.get("devices", [])])
     assign_totals(devices)
-    phase_names = []
-    for n in good:
-        for name, _, _ in n.get("phases", []):
-            if name not in phase_names:
-                phase_names.append(name)
+    phase_names = _phase_names(good)
     if window not in phase_names:
         window = "all"
     counted = [d for d in devices if d.get("in_total")]
@@ -166,52 +161,84 @@ def combine(nodes: list[dict], units: float | None = None, unit: str | None = No
            "nodes": [{k: n[k] for k in ("host", "timeseries", "backends", "interval_ms", "started_wall", "samples",
                                         "methods", "reason") if k in n} for n in nodes],
            "duplicates_dropped": dropped}
-    if failures:
-        out["reason"] = "energy unavailable: " + "; ".join(failures)
-    elif not counted:
-        problems = [f"{d['name']}: {d.get('reason')}" for d in devices if d.get("reason")]
-        out["reason"] = "energy unavailable: " + ("; ".join(problems) if problems else "no device with a reading")
-    else:
-        broken = [d for d in counted if not d.get("available")]
-        if broken:
-            out["reason"] = "energy unavailable: " + "; ".join(f"{d['host']} {d['name']}: {d['reason']}" for d in broken)
-
-    def energy(d, phase):
-        if phase == "all":
-            return d.get("energy_j")
-        return (d.get("phases", {}).get(phase) or {}).get("energy_j")
-
-    def total(phase):
-        if any(not d.get("available") for d in counted):
-            return None  # a device that stopped reading mid-run would be under-counted
-        values = [energy(d, phase) for d in counted]
-        return sum(values) / J_PER_WH if values and all(v is not None for v in values) else None
-
+    reason = _unavailable(nodes, devices, counted)
+    if reason:
+        out["reason"] = reason
     out["devices"] = [_device_row(d, window) for d in devices]
-    out["phases"] = {name: {"wh": total(name), "duration_s": _duration(good, name)} for name in phase_names}
-    out["run_wh"] = total("all")
-    if "reason" not in out:
-        out["total_wh"] = total(window)
-        if out["total_wh"] is None:
-            out["reason"] = f"energy unavailable: no reading covers the {window} window"
-        else:
-            out["available"] = True
-            sources = {d["source"] for d in counted}
-            out["source"] = sources.pop() if len(sources) == 1 else "mixed: " + ", ".join(
-                sorted(f"{d['name']}={d['source']}" for d in counted))
-            duration = _duration(good, window)
-            out["avg_power_w"] = out["total_wh"] * J_PER_WH / duration if duration else None
-            out["peak_power_w"] = sum(d["peak_power_w"] or 0.0 for d in counted)
-            out["peak_power_note"] = "sum of each device's peak (an upper bound of the node's peak)"
-            if units and out["total_wh"] > 0:
-                out["units_per_wh"] = units / out["total_wh"]
-                if unit:
-                    out["unit"] = f"{unit}/Wh"
+    out["phases"] = {name: {"wh": _total_wh(counted, name), "duration_s": _duration(good, name)}
+                     for name in phase_names}
+    out["run_wh"] = _total_wh(counted, "all")
+    if not reason:
+        out.update(_window_total(counted, good, window, units, unit))
+    out.update(_idle(counted, good))
+    return out
+
+
+def _phase_names(nodes: list[dict]) -> list[str]:
+    """Every phase any node marked, in the order first seen."""
+    names = []
+    for n in nodes:
+        for name, _, _ in n.get("phases", []):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _unavailable(nodes: list[dict], devices: list[dict], counted: list[dict]) -> str | None:
+    """Why the run has no energy total (a failed node, nothing counted, a counted device broken); None: it has."""
+    failures = [f"{n.get('host', '?')}: {n['reason']}" for n in nodes if not n.get("available", True)]
+    if failures:
+        return "energy unavailable: " + "; ".join(failures)
+    if not counted:
+        problems = [f"{d['name']}: {d.get('reason')}" for d in devices if d.get("reason")]
+        return "energy unavailable: " + ("; ".join(problems) if problems else "no device with a reading")
+    broken = [d for d in counted if not d.get("available")]
+    if broken:
+        return "energy unavailable: " + "; ".join(f"{d['host']} {d['name']}: {d['reason']}" for d in broken)
+    return None
+
+
+def _energy_j(d: dict, phase: str) -> float | None:
+    if phase == "all":
+        return d.get("energy_j")
+    return (d.get("phases", {}).get(phase) or {}).get("energy_j")
+
+
+def _total_wh(counted: list[dict], phase: str) -> float | None:
+    """The counted devices' energy in `phase`, Wh; None unless every one of them has it."""
+    if any(not d.get("available") for d in counted):
+        return None  # a device that stopped reading mid-run would be under-counted
+    values = [_energy_j(d, phase) for d in counted]
+    return sum(values) / J_PER_WH if values and all(v is not None for v in values) else None
+
+
+def _window_total(counted: list[dict], nodes: list[dict], window: str, units: float | None,
+                  unit: str | None) -> dict:
+    """The run's total over `window`, its source, power and units per Wh (the keys combine() sets then)."""
+    total = _total_wh(counted, window)
+    if total is None:
+        return {"total_wh": None, "reason": f"energy unavailable: no reading covers the {window} window"}
+    sources = {d["source"] for d in counted}
+    out = {"total_wh": total, "available": True,
+           "source": sources.pop() if len(sources) == 1 else "mixed: " + ", ".join(
+               sorted(f"{d['name']}={d['source']}" for d in counted))}
+    duration = _duration(nodes, window)
+    out["avg_power_w"] = total * J_PER_WH / duration if duration else None
+    out["peak_power_w"] = sum(d["peak_power_w"] or 0.0 for d in counted)
+    out["peak_power_note"] = "sum of each device's peak (an upper bound of the node's peak)"
+    if units and total > 0:
+        out["units_per_wh"] = units / total
+        if unit:
+            out["unit"] = f"{unit}/Wh"
+    return out
+
+
+def _idle(counted: list[dict], nodes: list[dict]) -> dict:
+    """Idle power of the counted devices, when an idle baseline was sampled and every one has it."""
     idle = [d["phases"]["idle"]["avg_power_w"] for d in counted if "idle" in d.get("phases", {})]
     if idle and all(v is not None for v in idle):
-        out["idle_power_w"] = sum(idle)
-        out["idle_baseline_s"] = _duration(good, "idle")
-    return out
+        return {"idle_power_w": sum(idle), "idle_baseline_s": _duration(nodes, "idle")}
+    return {}
 
 
 def _duration(nodes: list[dict], phase: str) -> float | None:

@@ -6,58 +6,40 @@ from __future__ import annotations
 import traceback
 
 from caraml.errors import BadInput
-from caraml.params import Param
-from caraml.power import backends, energy as energy_mod
-from caraml.power.monitor import Monitor, check_interval, resolve_methods
+from caraml.power import energy as energy_mod
+from caraml.power.monitor import Monitor, check_interval
+from caraml.power.settings import PowerSettings
 
 
-def _check_methods(value: str) -> str | None:
-    if value == "off":
+def monitor_for_run(settings: PowerSettings, profile: dict | None, run_id: str, system_tag: str,
+                    runs_dir=None) -> RunMonitor | None:
+    """The run's power monitor; None when power is off."""
+    if not settings.enabled:
         return None
-    try:
-        resolve_methods(value)
-    except BadInput:
-        return "is not a power method; use auto, off or a comma list of: " + ", ".join(backends.METHODS)
-    return None
-
-
-PARAMS = [
-    Param("power", str, "auto", "power measurement: auto (the system's methods the machine has), off, or a comma "
-          "list of " + "|".join(backends.METHODS), check=_check_methods),
-    Param("power_interval_ms", float, 100.0, "power sampling interval in ms", minimum=1.0),
-    Param("idle_baseline_s", float, 0.0, "seconds of idle power sampled before the run (0: none)", minimum=0.0),
-    Param("energy_files", str, "none", "also write the power time series as CARAML does (jpwr's per-node-rank CSVs "
-          "and a combined CSV, beside the record): none or caraml", choices=("none", "caraml")),
-]
-
-
-def monitor_factory(record: dict, runs_dir=None) -> "RunMonitor | None":
-    if record["params"].get("power", "auto") == "off":
-        return None
-    return RunMonitor(record, runs_dir)
+    return RunMonitor(settings, profile, run_id, system_tag, runs_dir)
 
 
 class RunMonitor:
     """start / mark / stop as the harness calls them; finish() gives the record's metrics.energy."""
 
-    def __init__(self, record: dict, runs_dir=None):
+    def __init__(self, settings: PowerSettings, profile: dict | None, run_id: str, system_tag: str,
+                 runs_dir=None):
         from caraml.distributed import launch_env
 
-        p = record["params"]
         self.dist = launch_env()
-        self.energy_files = p.get("energy_files", "none")
-        self.run_id, self.system = record["run_id"], record["system"]["tag"]
+        self.energy_files = settings.energy_files
+        self.run_id, self.system = run_id, system_tag
         self.runs_dir = runs_dir
         self.failure: str | None = None
         self.node: dict | None = None
         self.sampler: Monitor | None = None
         if self.dist.local_rank != 0:
             return  # one monitor per node: local rank 0's covers all devices of the node
-        check_interval(p.get("power_interval_ms", 100.0))
-        self.sampler = Monitor(p.get("power", "auto"), p.get("power_interval_ms", 100.0),
-                               out_dir=str(runs_dir) if runs_dir else None, name=f"{record['run_id']}.power",
-                               profile_methods=(record["system"].get("profile") or {}).get("power_methods"),
-                               idle_baseline_s=p.get("idle_baseline_s", 0.0), phase="setup")
+        check_interval(settings.interval_ms)
+        self.sampler = Monitor(settings.methods, settings.interval_ms,
+                               out_dir=str(runs_dir) if runs_dir else None, name=f"{run_id}.power",
+                               profile_methods=(profile or {}).get("power_methods"),
+                               idle_baseline_s=settings.idle_baseline_s, phase="setup")
 
     def start(self) -> None:
         if self.sampler is None:
