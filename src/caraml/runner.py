@@ -8,7 +8,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from caraml import distributed, params as params_mod, systems, workloads
+from caraml import distributed, systems, workloads
+from caraml import params as params_mod
 from caraml.contract import RunContext
 from caraml.errors import BadInput
 from caraml.measure.harness import Measurement, memory, metrics, run_steps, say

@@ -200,7 +200,8 @@ class IndexedDatasetWriter:
             self._bin = open(self.bin_path, "wb")
             self.idx_path.unlink(missing_ok=True)  # an old index must never pair with the new tokens
         except OSError as exc:
-            raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); choose a prefix in a writable folder")
+            raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); "
+                           "choose a prefix in a writable folder") from None
         self._lengths: list[int] = []
         self._documents: list[int] = [0]
 
@@ -237,7 +238,8 @@ class IndexedDatasetWriter:
             with open(self.idx_path, "wb") as f:
                 f.write(header + lengths.tobytes() + pointers.tobytes() + documents.tobytes())
         except OSError as exc:
-            raise BadInput(f"cannot write {self.idx_path} ({exc.strerror}); choose a prefix in a writable folder")
+            raise BadInput(f"cannot write {self.idx_path} ({exc.strerror}); "
+                           "choose a prefix in a writable folder") from None
         return read_index(self.idx_path)
 
     def abort(self) -> None:

@@ -47,7 +47,7 @@ def documents(path: Path, jsonl: bool, key: str) -> Iterator[str]:
                     continue
                 yield _json_text(path, lineno, line, key)
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason}); expected UTF-8 text or JSONL")
+        raise BadInput(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason}); expected UTF-8 text or JSONL") from None
 
 
 def _json_text(path: Path, lineno: int, line: str, key: str) -> str:
@@ -55,7 +55,7 @@ def _json_text(path: Path, lineno: int, line: str, key: str) -> str:
         record = json.loads(line.strip())
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); expected one JSON object "
-                       f"per line, e.g. {{\"{key}\": \"...\"}}")
+                       f"per line, e.g. {{\"{key}\": \"...\"}}") from None
     if not isinstance(record, dict) or key not in record:
         keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
         raise BadInput(f"{path}:{lineno}: no key '{key}' (found: {keys}); pass --json-key with the key that "

@@ -38,7 +38,7 @@ class GPT2Tokenizer:
         try:
             vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise BadInput(f"{vocab_file} is not JSON ({_one_line(exc)}); expected the GPT-2 {VOCAB_FILE}")
+            raise BadInput(f"{vocab_file} is not JSON ({_one_line(exc)}); expected the GPT-2 {VOCAB_FILE}") from None
         if not isinstance(vocab, dict) or EOD not in vocab:
             raise BadInput(f"{vocab_file} has no '{EOD}' entry; expected the GPT-2 {VOCAB_FILE} (token -> id)")
 
@@ -46,9 +46,9 @@ class GPT2Tokenizer:
 
         try:
             bpe = models.BPE.from_file(str(vocab_file), str(merges_file))
-        except Exception as exc:  # tokenizers raises plain Exceptions for unreadable files
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exceptions for unreadable files
             raise BadInput(f"{vocab_file} / {merges_file} are not GPT-2 BPE files ({_one_line(exc)}); "
-                           f"expected {VOCAB_FILE} and {MERGES_FILE}")
+                           f"expected {VOCAB_FILE} and {MERGES_FILE}") from None
         self._tok = Tokenizer(bpe)
         self._tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         self._tok.decoder = decoders.ByteLevel()

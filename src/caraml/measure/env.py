@@ -46,7 +46,7 @@ def _nvml_devices() -> tuple[str | None, list[dict]]:
         return None, []
     try:
         pynvml.nvmlInit()
-    except Exception:  # no driver, no GPU: NVML simply has nothing to say
+    except Exception:  # noqa: BLE001 - no driver, no GPU: NVML simply has nothing to say
         return None, []
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -57,7 +57,7 @@ def _nvml_devices() -> tuple[str | None, list[dict]]:
                      "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(h).total}
             try:
                 entry["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000
-            except Exception:
+            except Exception:  # noqa: BLE001 - not every device or driver reports a limit
                 pass
             devices.append(entry)
         return (driver.decode() if isinstance(driver, bytes) else driver), devices
@@ -92,7 +92,7 @@ def collect() -> dict:
     if torch.cuda.is_available():
         try:
             manifest["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-        except Exception:
+        except Exception:  # noqa: BLE001 - a build without NCCL
             manifest["nccl"] = None
         manifest["devices"] = [
             {"index": i, "name": torch.cuda.get_device_name(i),

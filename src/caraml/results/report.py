@@ -12,7 +12,8 @@ from pathlib import Path
 
 from caraml.errors import BadInput
 from caraml.results import plots
-from caraml.results.compare import compare, tables as comparison_tables
+from caraml.results.compare import compare
+from caraml.results.compare import tables as comparison_tables
 from caraml.results.select import Selection, result_table, select
 from caraml.results.table import html_table
 

@@ -40,7 +40,7 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
             raise BadInput(f"no records of workload '{shown(workload)}' in {results}; it has: "
                            + ", ".join(sorted({str(r.get('workload')) for r in load(results, warn=False)[0]})))
     # Status is a property of each run, so it filters runs before repeats are grouped.
-    for key, wanted in [kv for kv in pairs if kv[0].lower() == "status"]:
+    for _, wanted in [kv for kv in pairs if kv[0].lower() == "status"]:
         records = [r for r in records if matches(r.get("status"), wanted)]
     pairs = [kv for kv in pairs if kv[0].lower() != "status"]
 
