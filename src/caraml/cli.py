@@ -244,13 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     wls.add_argument("name", nargs="?")
     wls.set_defaults(func=_workloads)
 
-    from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container
+    from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container, launch
 
     add_campaign_parsers(sub, DEFAULT_RESULTS)
-    from caraml.campaign.single import add_parser as add_launch_parser  # launch (one point, for JUBE)
     from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
 
-    add_launch_parser(sub, DEFAULT_RESULTS)
     add_row_parser(sub)
     from caraml.data.cli import add_parser as add_data_parser  # data prepare, info, fno-synthetic
 
