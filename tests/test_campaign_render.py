@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from caraml import systems
-from caraml.campaign import container, slurm, suite as suite_mod
-from caraml.campaign.expand import Point, expand
+from caraml.campaign import container, jobscript, suite as suite_mod
+from caraml.campaign.expand import SweepPoint, expand
 from conftest import caraml
 
 GOLDEN = Path(__file__).parent / "golden"
-OPTS = slurm.JobOptions(results="/scratch/caraml results", python="/usr/bin/python3", source="/opt/caraml/src")
+OPTS = jobscript.JobOptions(results="/scratch/caraml results", python="/usr/bin/python3", source="/opt/caraml/src")
 
 
 def _check_golden(name: str, text: str) -> None:
@@ -35,24 +35,24 @@ def test_golden_llm_13b_on_jupiter_with_container():
     profile = _profile("JUPITER", account="jscbench", reservation="bench", constraint="hopper",
                        sbatch_lines=["--exclusive"], env={"NCCL_DEBUG": "WARN"}, srun_args=["--cpu-bind=none"],
                        container_dir="/p/containers")
-    _check_golden("llm_13B_JUPITER.sh", slurm.render(point, profile, OPTS, "/scratch/logs/%j.out"))
+    _check_golden("llm_13B_JUPITER.sh", jobscript.render(point, profile, OPTS, "/scratch/logs/%j.out"))
 
 
 def test_golden_image_classification_srun_per_gpu_without_container():
     point = expand(suite_mod.load("image_classification"), {"bf16"}, "A100")[2]
     point.launcher = "srun"
     profile = _profile("A100", container_image="", gpu_option="gpus-per-node", signal_before_s=300)
-    _check_golden("ic_A100_srun.sh", slurm.render(point, profile, OPTS, "/scratch/logs/%j.out"))
+    _check_golden("ic_A100_srun.sh", jobscript.render(point, profile, OPTS, "/scratch/logs/%j.out"))
 
 
 def test_every_value_stays_data(tmp_path):
     """A value with spaces, quotes and $(...) reaches the worker as one unchanged argument."""
     nasty = "x $(touch PWNED) `touch PWNED2` 'q' \"d\" ; rm -rf ~"
-    point = Point(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
+    point = SweepPoint(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
                   params={"model": nasty, "batch_size": 8}, shown={"model": nasty})
     profile = _profile("CPU", partition="debug $(touch PWNED3)", hostname_suffix="i'; touch PWNED4; '",
                        env={"CARAML_NOTE": "a b $(touch PWNED5)"})
-    script = slurm.render(point, profile, OPTS, str(tmp_path / "log %j.out"))
+    script = jobscript.render(point, profile, OPTS, str(tmp_path / "log %j.out"))
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     # Run the script's shell lines with real bash, `srun` printing its arguments instead of launching.
     lines = [ln for ln in script.splitlines() if not ln.startswith("#SBATCH")]
@@ -68,10 +68,10 @@ def test_every_value_stays_data(tmp_path):
 
 
 def test_line_breaks_in_values_are_refused():
-    point = Point(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
+    point = SweepPoint(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
                   params={"model": "a\nb"})
     with pytest.raises(Exception, match="line break"):
-        slurm.render(point, _profile("CPU"), OPTS, "/tmp/x.out")
+        jobscript.render(point, _profile("CPU"), OPTS, "/tmp/x.out")
 
 
 def test_apptainer_commands():

@@ -109,7 +109,7 @@ def test_suite_file_size_is_capped(tmp_path):
     (SUITE + "derived:\n  batch_size: " + " + ".join(["1"] * 50_000) + "\n", "longer than 1000 characters"),
     (SUITE + "derived:\n  batch_size: " + "-" * 900 + "1\n", "nests too deeply|not a valid expression"),
     (SUITE + "launch: {time_limit: bogus}\n", "time_limit=bogus is not a SLURM time limit"),
-    (SUITE + "launch: {launcher: " + "x" * 5000 + "}\n", "launcher=x{200}… is not valid; choose torchrun or srun"),
+    (SUITE + "launch: {launcher: " + "x" * 5000 + "}\n", "launcher=x{200}… is not valid; choose torchrun, srun or single"),
     (SUITE + "launch: {time_limit: '1_0'}\n", "time_limit=1_0 is not a SLURM time limit"),
     (SUITE + "params: {precision: [{value: bf16, tag: '" + "!" * 5000 + "x'}]}\n", "longer than 1000 characters"),
     (SUITE + "params: {precision: [{value: bf16, tag: '" + "(" * 600 + "x" + ")" * 600 + "'}]}\n", "does not parse"),

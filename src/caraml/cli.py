@@ -171,7 +171,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="caraml", description="Benchmarks of AI workloads on accelerators: throughput and energy.")
     parser.add_argument("--version", action="version", version=f"caraml {__import__('caraml').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # each adds its subcommands; this order is the order of `caraml --help`
+    _add_run_parser(sub)
+    _add_results_parsers(sub)  # result, compare, plot, report
+    _add_machine_parsers(sub)  # systems, env
+    _add_power_parser(sub)
+    _add_workloads_parser(sub)
+    from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container, launch
+    from caraml.data.cli import add_parser as add_data_parser  # data prepare, info, fno-synthetic
+    from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
 
+    add_campaign_parsers(sub, DEFAULT_RESULTS)
+    add_row_parser(sub)
+    add_data_parser(sub)
+    return parser
+
+
+def _add_run_parser(sub) -> None:
     run = sub.add_parser("run", help="run one benchmark point and record it",
                          description="Run one benchmark point: caraml run WORKLOAD [key=value ...]")
     run.add_argument("workload", help="e.g. image_classification (see `caraml workloads`)")
@@ -182,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print exactly one JSON record on stdout")
     run.set_defaults(func=_run)
 
+
+def _add_results_parsers(sub) -> None:
     result = sub.add_parser("result", help="tables of recorded runs, one per workload",
                             description="Tables of recorded runs, one per workload; repeats of a configuration "
                                         "are one row (median, with their spread).")
@@ -221,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default="report.html", help="the HTML file to write (default: %(default)s)")
     report.set_defaults(func=_report)
 
+
+def _add_machine_parsers(sub) -> None:
     systems = sub.add_parser("systems", help="list system profiles, or show one")
     systems.add_argument("tag", nargs="?", help="show this profile in full")
     systems.set_defaults(func=_systems)
@@ -228,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="print the environment manifest (versions, devices, driver, host)")
     env.set_defaults(func=_env)
 
+
+def _add_power_parser(sub) -> None:
     power = sub.add_parser("power", help="run any command under the power monitor and report its energy",
                            description="Run CMD under the power monitor: caraml power [options] -- CMD ...")
     power.add_argument("--methods", default="auto", help="auto, or a comma list of nvml,amd,grace,rapl,ipu")
@@ -240,22 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
     power.set_defaults(func=_power)
 
+
+def _add_workloads_parser(sub) -> None:
     wls = sub.add_parser("workloads", help="list workloads with their parameters and presets")
     wls.add_argument("name", nargs="?")
     wls.set_defaults(func=_workloads)
-
-    from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container
-
-    add_campaign_parsers(sub, DEFAULT_RESULTS)
-    from caraml.campaign.single import add_parser as add_launch_parser  # launch (one point, for JUBE)
-    from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
-
-    add_launch_parser(sub, DEFAULT_RESULTS)
-    add_row_parser(sub)
-    from caraml.data.cli import add_parser as add_data_parser  # data prepare, info, fno-synthetic
-
-    add_data_parser(sub)
-    return parser
 
 
 def _robust_output() -> None:

@@ -1,14 +1,29 @@
-"""`caraml sweep` and `caraml container`: argument wiring and printing; the work is in the modules."""
+"""`caraml sweep`, `caraml container` and `caraml launch`: argument wiring and printing; the work is in the modules.
+
+`caraml launch` prints how one point of a suite runs: a launch line, a SLURM job script, or a description.
+This is what an outside orchestrator (the JUBE configurations in jube/) asks for, so the system specifics
+(devices per node, partition, container, rendezvous) come from the system profile and the suite's derived
+values, rendered by the same code as `caraml sweep`.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+from pathlib import Path
 
+from caraml.campaign.executors import EXECUTORS
 from caraml.errors import BadInput
 
 
 def add_parsers(sub, results_default: str) -> None:
+    _add_sweep_parser(sub, results_default)
+    _add_container_parser(sub)
+    _add_launch_parser(sub, results_default)
+
+
+def _add_sweep_parser(sub, results_default: str) -> None:
     sweep = sub.add_parser("sweep", help="expand a suite into points and run them here or under SLURM",
                            description="caraml sweep SUITE [key=value ...] [--tag T ...] [--system TAG] "
                                        "[--executor local|slurm] [--dry-run] [--resume]; caraml sweep --continue")
@@ -17,7 +32,7 @@ def add_parsers(sub, results_default: str) -> None:
                        help="replace a suite value (a comma list is a sweep), e.g. measure_steps=5")
     sweep.add_argument("--tag", action="append", default=[], help="activate a tag (repeatable), e.g. --tag bf16")
     sweep.add_argument("--system", help="system profile tag of the machines that run the points")
-    sweep.add_argument("--executor", choices=("local", "slurm"), default="local")
+    sweep.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
     sweep.add_argument("--dry-run", action="store_true", help="print the points (and write SLURM scripts); run nothing")
     sweep.add_argument("--json", action="store_true", help="with --dry-run: one JSON array of the points")
     sweep.add_argument("--resume", action="store_true", help="skip points whose record is ok")
@@ -30,12 +45,40 @@ def add_parsers(sub, results_default: str) -> None:
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
     sweep.set_defaults(func=sweep_command)
 
+
+def _add_container_parser(sub) -> None:
     cont = sub.add_parser("container", help="Apptainer images of the system profiles")
     cont_sub = cont.add_subparsers(dest="action", required=True, parser_class=type(cont))
     pull = cont_sub.add_parser("pull", help="apptainer pull the image the system profile names")
     pull.add_argument("--system", required=True, help="system profile tag")
     pull.add_argument("--print", action="store_true", help="print the command instead of running it")
     pull.set_defaults(func=container_command)
+
+
+def _add_launch_parser(sub, results_default: str) -> None:
+    p = sub.add_parser(
+        "launch", help="print how one point of a suite runs: a launch line, a SLURM job script, or the point",
+        description="caraml launch SUITE [key=value ...] --system TAG [--tag T ...] [--script|--show]. The values "
+                    "must fix exactly one point of the suite (values not given keep the suite's). Without "
+                    "--script or --show: the command line that runs the point on this machine and prints its "
+                    "record as JSON.")
+    p.add_argument("suite", help="a shipped suite (caraml sweep --list) or a suite file (YAML)")
+    p.add_argument("params", nargs="*", metavar="key=value", help="parameters and suite variables of the point")
+    p.add_argument("--system", default="auto", help="system profile tag, or auto to detect this machine's "
+                                                    "(default: %(default)s)")
+    p.add_argument("--tag", action="append", default=[], help="activate a suite tag (repeatable), e.g. --tag ddp")
+    p.add_argument("--preset", help="use this workload preset instead of the suite's, e.g. smoke")
+    p.add_argument("--results", default=results_default, help="results directory the run saves its record in "
+                                                             "(default: %(default)s)")
+    p.add_argument("--python", help="interpreter the point runs with (default: this one)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--script", action="store_true", help="print the SLURM batch script of the point")
+    what.add_argument("--show", action="store_true", help="print the point as JSON (parameters, launch, id)")
+    p.add_argument("--point-file", help="also write the point as JSON (as --show prints it) to this file")
+    p.add_argument("--record", help="with --script: the job writes the run record (JSON) to this file")
+    p.add_argument("--done-file", help="with --script: the job creates this file when it ends, however it ends")
+    p.add_argument("--log", help="with --script: the job's output file (default: caraml-<id>-%%j.out here)")
+    p.set_defaults(func=launch_command)
 
 
 def _positive(text: str) -> int:
@@ -48,6 +91,7 @@ def _positive(text: str) -> int:
 
 def sweep_command(args) -> int:
     from caraml.campaign import suite as suite_mod, sweep
+    from caraml.campaign.executors import get_executor
     from caraml.params import parse_assignments
 
     if args.list:
@@ -56,68 +100,78 @@ def sweep_command(args) -> int:
             print(f"{name:<22} {s.workload:<22} tags: {', '.join(sorted(s.tags))}")
             print(f"  {' '.join(s.description.split())}")
         return 0
-    if args.collect:
-        return _report(sweep.collect(args.results))
+    if args.collect:  # jobs outlive the sweep only under SLURM, whatever --executor says (see executors.py)
+        return get_executor("slurm").collect(args.results)
     if not args.suite:
         raise BadInput("name a suite (caraml sweep --list shows the shipped ones) or use --continue")
     if args.json and not args.dry_run:
         raise BadInput("--json goes with --dry-run (a real sweep saves records; see `caraml result`)")
+    executor = get_executor(args.executor)
     plan = sweep.plan(args.suite, args.tag, args.system, parse_assignments(args.overrides),
-                      need_system=args.executor == "slurm", max_points=args.max_points)
-    if args.dry_run:
-        if args.executor == "slurm":
-            scripts = sweep.write_scripts(plan, args.results, args.python)
-        if args.json:
-            print(json.dumps([p.as_json() for p in plan.points], default=str))
-        else:
-            for i, p in enumerate(plan.points, 1):
-                print(f"{i:>4} {p.id}  " + " ".join(f"{k}={v}" for k, v in p.shown.items()))
-            print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
-                  + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
-        if args.executor == "slurm":
-            print(f"caraml: {len(scripts)} job scripts written to {scripts[0][1].parent}", file=sys.stderr)
-        return 0
-    if args.executor == "slurm":
-        counts = sweep.submit(plan, args.results, args.resume, args.python)
-        print(f"caraml: {counts['submitted']} jobs submitted, {counts['skipped']} points skipped; "
-              f"collect them with `caraml sweep --continue --results {args.results}`", file=sys.stderr)
-        return 0
-    try:
-        counts = sweep.run_local(plan, args.results, args.resume, args.python)
-    except sweep.SweepInterrupted as stop:
-        done = ", ".join(f"{n} {k}" for k, n in sorted(stop.counts.items())) or "no points"
-        print(f"caraml: sweep interrupted: {done}; {stop.left} points not run "
-              f"(rerun with --resume to skip the ok ones)", file=sys.stderr)
-        return 130
-    print("caraml: sweep done: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), file=sys.stderr)
-    return 0 if set(counts) <= {"ok", "skipped"} else 1
-
-
-def _report(report: dict) -> int:
-    for job, status in report["collected"].items():
-        print(f"job {job}: {status}")
-    for job, where in report["queued"].items():
-        print(f"job {job}: still {where}")
-    statuses = list(report["all"].values())
-    summary = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
-    print(f"caraml: {len(statuses)} jobs: {summary}", file=sys.stderr)
+                      need_system=executor.needs_system, max_points=args.max_points)
+    if not args.dry_run:
+        return executor.run(plan, args.results, args.resume, args.python)
+    notes = executor.dry_run(plan, args.results, args.python)
+    if args.json:
+        print(json.dumps([p.as_json() for p in plan.points], default=str))
+    else:
+        for i, p in enumerate(plan.points, 1):
+            print(f"{i:>4} {p.id}  " + " ".join(f"{k}={v}" for k, v in p.shown.items()))
+        print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
+              + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
+    for note in notes:
+        print(f"caraml: {note}", file=sys.stderr)
     return 0
 
 
 def container_command(args) -> int:
     import shutil
     import subprocess
-    from pathlib import Path
 
     from caraml import systems
     from caraml.campaign import container
 
     cmd = container.pull_command(systems.get(args.system))
     if args.print:
-        print(" ".join(__import__("shlex").quote(w) for w in cmd))
+        print(" ".join(shlex.quote(w) for w in cmd))
         return 0
     if shutil.which("apptainer") is None:
         raise BadInput("apptainer is not on PATH; install Apptainer (or load its module) to pull "
                        f"{cmd[-1]}, or use --print to see the command")
     Path(cmd[2]).parent.mkdir(parents=True, exist_ok=True)
     return subprocess.run(cmd).returncode
+
+
+def launch_command(args) -> int:
+    from caraml.campaign import jobscript, launchers, sweep
+    from caraml.params import parse_assignments
+
+    script_only = [name for name in ("record", "done_file", "log") if getattr(args, name)]
+    if script_only and not args.script:
+        raise BadInput(f"--{script_only[0].replace('_', '-')} goes with --script (it shapes the SLURM job)")
+    point = sweep.one_point(args.suite, parse_assignments(args.params), args.system, args.tag, args.preset)
+    results = str(Path(args.results).resolve())
+    described = json.dumps(point.as_json() | {"shown": point.shown, "results": results}, indent=1, default=str)
+    if args.point_file:
+        try:
+            Path(args.point_file).write_text(described + "\n")
+        except OSError as exc:
+            raise BadInput(f"--point-file {args.point_file} cannot be written: {exc.strerror or exc}") from None
+    if args.show:
+        print(described)
+        return 0
+    if not args.script:
+        print(" ".join(shlex.quote(w) for w in launchers.local_command(point, results, args.python)))
+        return 0
+    from caraml import systems
+
+    opts = jobscript.JobOptions(results=results, python=args.python or sys.executable,
+                                record=_absolute(args.record), done_file=_absolute(args.done_file))
+    log = _absolute(args.log) or str(Path(f"caraml-{point.id}-%j.out").resolve())
+    sys.stdout.write(jobscript.render(point, systems.get(point.system), opts, log))
+    return 0
+
+
+def _absolute(path: str | None) -> str:
+    """Job scripts run elsewhere (the batch host, the job's cwd): every path in them is absolute."""
+    return str(Path(path).resolve()) if path else ""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caraml import params as params_mod, systems, workloads
-from caraml.campaign import expr
+from caraml.campaign import expr, launchers
 from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
 from caraml.errors import BadInput, shown
 from caraml.settings import RUN_PARAMS
@@ -19,7 +19,9 @@ MAX_POINTS = 10_000  # a sweep beyond this is a typo more often than a plan (`ca
 
 
 @dataclass
-class Point:
+class SweepPoint:
+    """One point of a sweep: a workload configuration on a system, and how it is launched."""
+
     id: str
     workload: str
     system: str
@@ -27,7 +29,7 @@ class Point:
     params: dict[str, Any]  # every effective workload parameter, typed
     nodes: int = 1
     devices_per_node: int = 1
-    launcher: str = "torchrun"
+    launcher: str = launchers.DEFAULT  # a name in launchers.LAUNCHERS
     time_limit: str | None = None
     shown: dict[str, Any] = field(default_factory=dict)  # what the suite set for this point (for people)
 
@@ -67,7 +69,7 @@ def _declared(suite: Suite):
     return workloads.get(suite.workload).params + RUN_PARAMS
 
 
-def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_POINTS) -> list[Point]:
+def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_POINTS) -> list[SweepPoint]:
     wl = workloads.get(suite.workload)
     declared = {p.name: p for p in _declared(suite)}
     profile = systems.get(system)
@@ -96,7 +98,7 @@ def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_PO
                        f"sweep fewer values, or pass --max-points {count} if you mean it")
 
     defaults = {p.name: p.default for p in declared.values()} | dict(preset or {})
-    points: dict[str, Point] = {}
+    points: dict[str, SweepPoint] = {}
     for combo in itertools.product(*(values for _, _, values in axes)):
         chosen = {"params": {}, "vars": {}, "launch": {}}
         for (section, name, _), value in zip(axes, combo):
@@ -113,7 +115,7 @@ def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_PO
     return list(points.values())
 
 
-def _point(suite, wl, declared, profile, system, preset, defaults, chosen, active) -> Point:
+def _point(suite, wl, declared, profile, system, preset, defaults, chosen, active) -> SweepPoint:
     launch = chosen["launch"]
     launch.setdefault("nodes", 1)
     launch.setdefault("devices_per_node", max(1, int(profile.get("devices_per_node", 1))))
@@ -132,9 +134,13 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
             names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
             names["cpus_per_task"] = _cpus_per_task(profile, launch)
     nodes, per_node = _count(launch["nodes"], "nodes"), _count(launch["devices_per_node"], "devices_per_node")
-    launcher = str(launch.get("launcher", "torchrun"))
-    if launcher not in ("torchrun", "srun"):
-        raise BadInput(f"suite {suite.name}: launcher={shown(launcher)} is not valid; choose torchrun or srun")
+    launcher = str(launch.get("launcher", launchers.DEFAULT))
+    try:
+        problem = launchers.get_launcher(launcher).problem(nodes, per_node)
+    except BadInput as exc:
+        raise BadInput(f"suite {suite.name}: {exc}") from None
+    if problem:
+        raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
     values = params_mod.resolve(list(declared.values()), chosen["params"], wl.name, preset)
     problem = wl.launch_problem(values, nodes * per_node)
     if problem:
@@ -143,7 +149,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     as_set = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
     time_limit = launch.get("time_limit")
     time_limit_seconds(time_limit)  # a bad limit fails here, not in the job script
-    return Point(id=cid, workload=wl.name, system=system, preset=suite.preset, params=values, nodes=nodes,
+    return SweepPoint(id=cid, workload=wl.name, system=system, preset=suite.preset, params=values, nodes=nodes,
                  devices_per_node=per_node, launcher=launcher,
                  time_limit=None if time_limit is None else str(time_limit), shown=as_set)
 
@@ -179,13 +185,14 @@ def _count(value: Any, name: str) -> int:
 
 def _cpus_per_task(profile: dict, launch: dict) -> int:
     """The CPUs each task of the point's job gets, as its job script asks for them (caraml.campaign.slurm): the
-    profile's site.cpus_per_task for torchrun's one task per node, a device's share of it for srun's task per
-    device; 0 when the profile names none. Derived values may use it (`workers: cpus_per_task // 4`)."""
+    profile's site.cpus_per_task for one task per node (torchrun, single), a device's share of it for srun's task
+    per device; 0 when the profile names none. Derived values may use it (`workers: cpus_per_task // 4`)."""
     raw = (profile.get("site") or {}).get("cpus_per_task") or 0
     try:
         cpus = int(raw)
     except (TypeError, ValueError):
         raise BadInput(f"system {profile.get('tag')}: site.cpus_per_task={raw!r} is not a whole number") from None
-    if cpus and str(launch.get("launcher", "torchrun")) == "srun":
+    launcher = launchers.LAUNCHERS.get(str(launch.get("launcher", launchers.DEFAULT)))  # checked later
+    if cpus and launcher is not None and launcher.task_per_device:
         return max(1, cpus // _count(launch["devices_per_node"], "devices_per_node"))
     return max(0, cpus)

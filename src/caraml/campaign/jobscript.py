@@ -1,0 +1,135 @@
+"""The SLURM batch script of one point, rendered from the system profile and the point's launcher.
+
+Every value that goes into a script is quoted with shlex.quote, so a parameter such as
+`x=$(rm -rf ~)` stays data. The script traps the warning signal that `--signal=B:USR2@120`
+sends to the batch shell and forwards it to srun, which has slurmstepd signal every process of the
+step; torchrun ignores it, the workers stop between steps and rank 0 writes an `interrupted` record.
+(SIGTERM would not do: srun answers it by killing the step.)
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from caraml.campaign import container
+from caraml.campaign.expand import SweepPoint
+from caraml.campaign.launchers import Job, ShellWord, caraml_run_args, get_launcher, source_root, tasks_per_node
+from caraml.errors import BadInput, shown
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class JobOptions:
+    results: str  # absolute results directory (the jobs write their records there)
+    python: str  # interpreter on the compute nodes (outside a container)
+    source: str = ""  # folder put first on PYTHONPATH (default: this caraml's source tree)
+    record: str = ""  # when set, the run prints its record as JSON into this file (rank 0 prints it)
+    done_file: str = ""  # when set, created when the job ends, however it ends (JUBE's done_file)
+
+
+def q(value) -> str:
+    text = str(value)
+    if "\n" in text or "\r" in text:
+        raise BadInput(f"a value for a job script contains a line break: {shown(repr(text))}")
+    return shlex.quote(text)
+
+
+def _tasks(point: SweepPoint) -> int:
+    return tasks_per_node(get_launcher(point.launcher), point.devices_per_node)
+
+
+def _sbatch_lines(point: SweepPoint, profile: dict, log: str) -> list[str]:
+    site = profile.get("site", {})
+    tasks = _tasks(point)
+    lines = [f"--job-name={q('caraml-' + point.workload + '-' + point.id)}",
+             f"--nodes={point.nodes}",
+             f"--ntasks-per-node={tasks}"]
+    cpus = int(site.get("cpus_per_task") or 0)
+    if cpus:  # a task per device gets the device's share of the node's CPUs
+        per_device = get_launcher(point.launcher).task_per_device
+        lines.append(f"--cpus-per-task={max(1, cpus // point.devices_per_node) if per_device else cpus}")
+    gpus = int(site.get("gpus_per_node") or 0)
+    if gpus:
+        gpus = min(gpus, point.devices_per_node)
+        style = site.get("gpu_option", "gres")
+        lines.append(f"--gpus-per-node={gpus}" if style == "gpus-per-node" else f"--gres={q('gpu:' + str(gpus))}")
+    lines.append(f"--time={q(point.time_limit or site.get('time_limit') or '01:00:00')}")
+    for key in ("partition", "account", "constraint", "reservation", "qos"):
+        if site.get(key):
+            lines.append(f"--{key}={q(site[key])}")
+    before = int(site.get("signal_before_s", 120))
+    if before > 0:
+        lines.append(f"--signal=B:USR2@{before}")
+    lines.append(f"--output={q(log)}")
+    lines += [_extra(line) for line in site.get("sbatch_lines", [])]
+    return lines
+
+
+def _extra(line: str) -> str:
+    line = str(line).strip()
+    if "\n" in line or not line.startswith("-"):
+        raise BadInput(f"site.sbatch_lines entry '{shown(line)}' must be one sbatch option such as --mail-type=END")
+    return line
+
+
+def _worker(point: SweepPoint, profile: dict, opts: JobOptions) -> list[str]:
+    """The words of the command every task runs; ShellWords are ours, every other word is quoted."""
+    site = profile.get("site", {})
+    python = opts.python
+    prefix: list[str] = []
+    if container.image(profile):
+        binds = [opts.source or source_root(), opts.results] + list(site.get("container_binds", []))
+        prefix = [q(w) for w in container.exec_prefix(profile, binds)]
+        python = site.get("container_python", "python3")
+    job = Job(point, python, tuple(caraml_run_args(point, opts.results, json_out=bool(opts.record))),
+              slurm_step=True, rdzv_port=int(site.get("rdzv_port", 29500)))
+    return prefix + [w if isinstance(w, ShellWord) else q(w) for w in get_launcher(point.launcher).command(job)]
+
+
+def render(point: SweepPoint, profile: dict, opts: JobOptions, log: str) -> str:
+    """The batch script for one point."""
+    site = profile.get("site", {})
+    source = opts.source or source_root()
+    srun = ["srun", f"--nodes={point.nodes}",
+            f"--ntasks-per-node={_tasks(point)}",
+            *[q(a) for a in site.get("srun_args", [])]]
+    env_lines = []
+    for key, value in dict(site.get("env", {})).items():
+        if not _ENV_NAME.match(str(key)):
+            raise BadInput(f"site.env key '{shown(key)}' is not a valid environment variable name")
+        env_lines.append(f"export {key}={q(value)}")
+    settings = ", ".join(f"{k}={v}" for k, v in point.shown.items())
+    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {' '.join(settings.splitlines())}"]
+    out += [f"#SBATCH {line}" for line in _sbatch_lines(point, profile, log)]
+    out += [
+        "",
+        "set -u",
+        *([f"trap {q('touch ' + q(opts.done_file))} EXIT", ""] if opts.done_file else []),
+        f"export CARAML_SWEEP_POINT={q(point.id)}",
+        f'export PYTHONPATH={q(source)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        *env_lines,
+        "# rendezvous at the first host of the allocation (plus the site's interconnect suffix)",
+        'caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+        + (q(site["hostname_suffix"]) if site.get("hostname_suffix") else ""),
+        'export MASTER_ADDR="$caraml_head"',
+        f"export MASTER_PORT={int(site.get('rdzv_port', 29500))}",
+        "",
+        "# the warning signal reaches this shell only (--signal=B:...): pass it on to the job step",
+        "caraml_step=",
+        "caraml_forward() {",
+        '  echo "caraml: job $SLURM_JOB_ID got a stop signal; forwarding SIGUSR2 to the job step" >&2',
+        '  if [ -n "$caraml_step" ]; then kill -USR2 "$caraml_step" 2>/dev/null; fi',
+        "}",
+        "trap caraml_forward USR2 TERM",
+        " ".join(srun + _worker(point, profile, opts)) + (f" > {q(opts.record)}" if opts.record else "") + " &",
+        "caraml_step=$!",
+        'wait "$caraml_step"; rc=$?',
+        '# a trapped signal ends `wait` early: wait again until the step has written its record',
+        'while kill -0 "$caraml_step" 2>/dev/null; do wait "$caraml_step"; rc=$?; done',
+        "exit $rc",
+        "",
+    ]
+    return "\n".join(out)
