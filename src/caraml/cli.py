@@ -50,80 +50,6 @@ def _print_summary(record: dict) -> None:
     print(f"caraml: record saved to {record.get('path')}", file=sys.stderr)
 
 
-def _result(args) -> int:
-    from caraml.results.select import result_tables, select
-    from caraml.results.store import Store, dumps
-    from caraml.results.table import render_tables
-
-    selection = select(args.results, args.workload, args.where)
-    Store(args.results).sync_index()
-    if args.format == "json":  # the records themselves, for other tools
-        records = [{k: v for k, v in r.items() if not k.startswith("_")} for p in selection.points for r in p.records]
-        print(dumps(records, indent=1))
-        return 0
-    fmt = "json" if args.format == "rows-json" else args.format
-    sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns)), fmt))
-    return 0
-
-
-def _compare(args) -> int:
-    from caraml.results.compare import as_json, compare, tables
-    from caraml.results.select import select
-    from caraml.results.table import render_tables
-
-    selection = select(args.results, args.workload, args.where)
-    done, problems = [], []
-    for workload, points in selection.by_workload.items():
-        try:
-            done.append(compare(workload, points, args.by, args.baseline))
-        except BadInput as exc:
-            problems.append(exc)
-    if not done:
-        raise problems[0]
-    for exc in problems:  # other workloads were compared; say why these were not
-        print(f"caraml: not compared: {exc}", file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps([as_json(c) for c in done], indent=1, default=str))
-    else:
-        sys.stdout.write(render_tables([t for c in done for t in tables(c)], args.format))
-    return 0
-
-
-def _plot(args) -> int:
-    from pathlib import Path
-
-    from caraml.results.plots import KINDS, figures, save
-    from caraml.results.select import select
-
-    if args.kind not in KINDS:  # before loading anything
-        raise BadInput(f"unknown plot kind '{shown(args.kind)}'; choose one of: {', '.join(KINDS)}")
-    selection = select(args.results, args.workload, args.where)
-    for stem, fig in figures(args.kind, selection.by_workload, args.run):
-        for path in save(fig, Path(args.out), stem):
-            print(path)
-    return 0
-
-
-def _report(args) -> int:
-    from caraml.results.report import write_report
-
-    path = write_report(args.results, args.out, args.workload, args.where)
-    print(path)
-    return 0
-
-
-def _names(values: list[str] | None) -> list[str] | None:
-    """--columns a,b --columns c -> [a, b, c]"""
-    return [n.strip() for v in values or [] for n in v.split(",") if n.strip()] or None
-
-
-def _selection_args(parser) -> None:
-    parser.add_argument("--results", default=DEFAULT_RESULTS, help="results directory (default: %(default)s)")
-    parser.add_argument("--workload", help="only this workload")
-    parser.add_argument("--where", action="append", metavar="key=value",
-                        help="only runs where a column or parameter has this value (repeatable), e.g. system=H100")
-
-
 def _systems(args) -> int:
     from caraml import systems
 
@@ -161,25 +87,22 @@ def _workloads(args) -> int:
     return 0
 
 
-def _power(args) -> int:
-    from caraml.power.command import run
-
-    return run(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="caraml", description="Benchmarks of AI workloads on accelerators: throughput and energy.")
     parser.add_argument("--version", action="version", version=f"caraml {__import__('caraml').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     # each adds its subcommands; this order is the order of `caraml --help`
     _add_run_parser(sub)
-    _add_results_parsers(sub)  # result, compare, plot, report
-    _add_machine_parsers(sub)  # systems, env
-    _add_power_parser(sub)
-    _add_workloads_parser(sub)
     from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container, launch
     from caraml.data.cli import add_parser as add_data_parser  # data prepare, info, fno-synthetic
+    from caraml.power.command import add_parser as add_power_parser  # power -- CMD
+    from caraml.results.cli import add_parsers as add_results_parsers  # result, compare, plot, report
     from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
+
+    add_results_parsers(sub, DEFAULT_RESULTS)
+    _add_machine_parsers(sub)  # systems, env
+    add_power_parser(sub)
+    _add_workloads_parser(sub)
 
     add_campaign_parsers(sub, DEFAULT_RESULTS)
     add_row_parser(sub)
@@ -199,47 +122,6 @@ def _add_run_parser(sub) -> None:
     run.set_defaults(func=_run)
 
 
-def _add_results_parsers(sub) -> None:
-    result = sub.add_parser("result", help="tables of recorded runs, one per workload",
-                            description="Tables of recorded runs, one per workload; repeats of a configuration "
-                                        "are one row (median, with their spread).")
-    _selection_args(result)
-    result.add_argument("--columns", action="append", metavar="a,b,...",
-                        help="show these columns (keys or headers, e.g. system,throughput,units_per_wh)")
-    result.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "rows-json"),
-                        help="json: the records themselves; rows-json: the table rows as JSON objects")
-    result.set_defaults(func=_result)
-
-    compare = sub.add_parser("compare", help="the same configurations side by side across systems, precisions, ...",
-                             description="One row per configuration that the compared groups share: each group's "
-                                         "throughput and units per Wh, and the ratios to the baseline group. "
-                                         "Configurations only one group ran are listed apart. --by devices (or "
-                                         "nodes) is the scaling view: baseline the smallest count, with parallel "
-                                         "efficiency.")
-    compare.add_argument("--by", required=True, help="system, devices, nodes, or any parameter, e.g. precision")
-    compare.add_argument("--baseline", help="the group the others are divided by (default: the first, e.g. the "
-                                            "smallest device count)")
-    _selection_args(compare)
-    compare.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
-    compare.set_defaults(func=_compare)
-
-    plot = sub.add_parser("plot", help="plots (PNG and SVG): throughput, efficiency, pareto, scaling, power",
-                          description="throughput: throughput vs global batch size per system; efficiency: units "
-                                      "per Wh vs global batch size; pareto: throughput vs units per Wh with the "
-                                      "Pareto front marked; scaling: throughput and parallel efficiency vs devices; "
-                                      "power: a run's power time series with its phases shaded.")
-    plot.add_argument("kind", help="throughput, efficiency, pareto, scaling or power")
-    _selection_args(plot)
-    plot.add_argument("--run", help="power: only this run (run_id or its prefix, or a config id)")
-    plot.add_argument("--out", default="caraml-plots", help="folder for the images (default: %(default)s)")
-    plot.set_defaults(func=_plot)
-
-    report = sub.add_parser("report", help="one self-contained HTML file: tables, comparisons, plots, environments")
-    _selection_args(report)
-    report.add_argument("--out", default="report.html", help="the HTML file to write (default: %(default)s)")
-    report.set_defaults(func=_report)
-
-
 def _add_machine_parsers(sub) -> None:
     systems = sub.add_parser("systems", help="list system profiles, or show one")
     systems.add_argument("tag", nargs="?", help="show this profile in full")
@@ -247,20 +129,6 @@ def _add_machine_parsers(sub) -> None:
 
     env = sub.add_parser("env", help="print the environment manifest (versions, devices, driver, host)")
     env.set_defaults(func=_env)
-
-
-def _add_power_parser(sub) -> None:
-    power = sub.add_parser("power", help="run any command under the power monitor and report its energy",
-                           description="Run CMD under the power monitor: caraml power [options] -- CMD ...")
-    power.add_argument("--methods", default="auto", help="auto, or a comma list of nvml,amd,grace,rapl,ipu")
-    power.add_argument("--interval-ms", type=float, default=100.0, help="sampling interval (default: %(default)g)")
-    power.add_argument("--out", default="caraml-power", help="folder for the time series and energy.json "
-                       "(default: %(default)s)")
-    power.add_argument("--format", default="csv", choices=("csv", "hdf5", "parquet"), help="time-series file format")
-    power.add_argument("--idle-baseline-s", type=float, default=0.0, help="seconds of idle power sampled first")
-    power.add_argument("--system", help="system profile whose power_methods 'auto' uses (default: all methods)")
-    power.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
-    power.set_defaults(func=_power)
 
 
 def _add_workloads_parser(sub) -> None:

@@ -16,6 +16,22 @@ from caraml.errors import BadInput
 from caraml.paths import ensure_writable_dir
 
 
+def add_parser(sub) -> None:
+    import argparse
+
+    power = sub.add_parser("power", help="run any command under the power monitor and report its energy",
+                           description="Run CMD under the power monitor: caraml power [options] -- CMD ...")
+    power.add_argument("--methods", default="auto", help="auto, or a comma list of nvml,amd,grace,rapl,ipu")
+    power.add_argument("--interval-ms", type=float, default=100.0, help="sampling interval (default: %(default)g)")
+    power.add_argument("--out", default="caraml-power", help="folder for the time series and energy.json "
+                       "(default: %(default)s)")
+    power.add_argument("--format", default="csv", choices=("csv", "hdf5", "parquet"), help="time-series file format")
+    power.add_argument("--idle-baseline-s", type=float, default=0.0, help="seconds of idle power sampled first")
+    power.add_argument("--system", help="system profile whose power_methods 'auto' uses (default: all methods)")
+    power.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
+    power.set_defaults(func=run)
+
+
 def run(args) -> int:
     from caraml import systems
     from caraml.power import energy as energy_mod
