@@ -6,7 +6,7 @@ CARAML's 800M GPT (16 layers, 2048 wide, 16 heads, sequence 2048, vocabulary 502
 bf16 autocast with fp32 master weights, forward and loss compiled as one graph, fused AdamW, clipping at norm 1, synthetic
 tokens on the GPU. Points, in this order (each caraml point is its own process; the plain ones run here):
 
-    caraml            caraml run llm_training --preset 800M precision=bf16 compile=on recompute=none
+    caraml            caraml run llm_training --preset 800M precision=bf16 compile=inductor recompute=none
     caraml_selective  the same with the preset's recompute=selective (the attention core is recomputed)
     caraml_big        caraml at micro-batch 16 (the fastest that fits), recompute=none
     caraml_acc        caraml_big with 8 micro-batches per iteration (global batch 128): the optimizer step shared
@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from caraml.workloads.llm_training import PARAMS, PRESETS, sizes  # noqa: E402  (no torch)
+from caraml.runner import RunSpec, resolve  # noqa: E402  (no torch)
+from caraml.workloads.llm_training import PRESETS, sizes  # noqa: E402  (no torch)
 
 PEAK_TFLOPS = 989.4
 MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
@@ -41,16 +42,16 @@ MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_atten
 MICRO = 4
 VOCAB = 50257
 POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc")
-DEFAULTS = {p.name: p.default for p in PARAMS}
-LR, LR_WARMUP_SAMPLES = DEFAULTS["lr"], DEFAULTS["lr_warmup_samples"]  # caraml's learning-rate warm-up
+OPTIM = resolve(RunSpec("llm_training", preset="800M")).config.optim
+LR, LR_WARMUP_SAMPLES = OPTIM.lr, OPTIM.lr_warmup_samples  # caraml's learning-rate warm-up
 ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
 # caraml_acc: micro-batches of BIG_MICRO per iteration (8: global batch 128, within CARAML's 16...4096)
 ACC = int(os.environ.get("LLM_BENCH_ACC", "8"))
 BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
 # the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
 SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
-              "caraml": ["--preset", "smoke", "device=cpu", "compile=off"], "max_micro": 4}
-RUN = {"device": "cuda", "compile": True, "caraml": ["--preset", "800M", "compile=on", "device=cuda"],
+              "caraml": ["--preset", "smoke", "device=cpu", "compile=none"], "max_micro": 4}
+RUN = {"device": "cuda", "compile": True, "caraml": ["--preset", "800M", "compile=inductor", "device=cuda"],
        "max_micro": 1 << 20}
 
 

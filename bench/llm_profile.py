@@ -49,25 +49,16 @@ def category(name: str) -> str:
 
 # the two loops --------------------------------------------------------------------------------------------------
 def caraml_step(micro: int, params: dict, cpu: bool):
-    import torch
-
-    from caraml import distributed
-    from caraml.contract import RunContext
-    from caraml.settings import RUN_PARAMS
-    from caraml.params import resolve
-    from caraml.workloads.llm_training import PRESETS, WORKLOAD
-    from caraml.workloads.llm_training.train import GPTBench
+    from caraml.runner import RunSpec, build_bench
 
     preset = "smoke" if cpu else "800M"
-    overrides = {"precision": "fp32" if cpu else "bf16", "compile": not cpu, "recompute": "none",
-                 "micro_batch_size": micro, "warmup_steps": 1, **params}
-    p = resolve(WORKLOAD.params + RUN_PARAMS, overrides, WORKLOAD.name, PRESETS[preset])
-    launch = distributed.launch_env()
-    ctx = RunContext(device=torch.device("cpu" if cpu else "cuda"), seed=p["seed"], dist=launch,
-                     dims=WORKLOAD.dims(p, 1))
-    bench = GPTBench(p, ctx)
-    return bench.step, {"params": {k: p[k] for k in ("micro_batch_size", "attention", "compile_scope",
-                                                      "precision", "recompute")}}
+    overrides = {"precision": "fp32" if cpu else "bf16", "compile": "none" if cpu else "inductor",
+                 "recompute": "none", "micro_batch_size": micro, **params}
+    bench = build_bench(RunSpec("llm_training", overrides, preset), device="cpu" if cpu else "cuda")
+    compute = bench.cfg.compute
+    return bench.step, {"params": {"micro_batch_size": bench.micro, "attention": compute.attention,
+                                   "compile_scope": compute.compile_scope, "precision": compute.precision,
+                                   "recompute": compute.recompute}}
 
 
 def plain_step(micro: int, cpu: bool):

@@ -14,13 +14,15 @@ import pytest
 
 from conftest import ROOT, SHARED_DATA, caraml, cli_env
 
-from caraml.settings import RUN_PARAMS
-from caraml.params import resolve
-from caraml.workloads.llm_training import PRESETS, WORKLOAD, layout_problem, sizes
+from caraml.errors import BadInput
+from caraml.runner import RunSpec, build_bench, resolve
+from caraml.workloads.llm_training import WORKLOAD, layout_problem, sizes
+from caraml.workloads.llm_training.config import TrainingConfig
 
 
-def params(preset: str = "smoke", **overrides):
-    return resolve(WORKLOAD.params + RUN_PARAMS, overrides, "llm_training", PRESETS[preset])
+def config(preset: str = "smoke", **overrides) -> TrainingConfig:
+    """The typed config of a preset with some parameters changed, as a run resolves it."""
+    return resolve(RunSpec("llm_training", overrides, preset)).config
 
 
 # sizes and FLOPs -------------------------------------------------------------------------------------------------
@@ -37,24 +39,24 @@ def test_model_shapes_tied_weights_and_parameter_count(position, activation):
 
     from caraml.workloads.llm_training.model import GPT, GPTConfig, init_weights
 
-    p = params(position=position, activation=activation)
-    cfg = GPTConfig.from_params(p)
+    c = config(position=position, activation=activation)
+    cfg = GPTConfig.of(c)
     model = GPT(cfg)
     init_weights(model, cfg, seed=42)
     assert model.output.weight is model.embed.tok.weight
-    tokens = torch.randint(0, p["vocab_size"], (3, p["seq_length"]))
-    assert model(tokens).shape == (3, p["seq_length"], 512)
+    tokens = torch.randint(0, c.model.vocab_size, (3, c.model.seq_length))
+    assert model(tokens).shape == (3, c.model.seq_length, 512)
     counted = sum(q.numel() for q in model.parameters())
-    assert counted == sizes.sizes(p, tp=1)["parameters"]["total"]
+    assert counted == sizes.sizes(c.model, tp=1)["parameters"]["total"]
     # the initial loss of a tiny-std model is that of uniform guessing over the padded vocabulary
-    targets = torch.randint(0, p["vocab_size"], tokens.shape)
+    targets = torch.randint(0, c.model.vocab_size, tokens.shape)
     loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
     assert loss.item() == pytest.approx(math.log(512), rel=1e-3)
 
 
 def test_parameter_counts_of_caraml_sizes():
     def total(name, tp):
-        return sizes.sizes(params(name), tp)["parameters"]["total"]
+        return sizes.sizes(config(name).model, tp)["parameters"]["total"]
 
     assert total("800M", 1) == pytest.approx(0.909e9, rel=1e-3)
     assert total("13B", 2) == pytest.approx(12.84e9, rel=1e-3)
@@ -66,9 +68,9 @@ def test_parameter_counts_of_caraml_sizes():
 def test_flop_formula_agrees_with_flop_counter(activation):
     from caraml.workloads.llm_training.model import GPTConfig, count_flops_per_token
 
-    p = params(activation=activation, recompute="full")
-    counted = count_flops_per_token(GPTConfig.from_params(p))
-    formula = sizes.sizes(p, tp=1)["flops_per_token"]
+    c = config(activation=activation, recompute="full")
+    counted = count_flops_per_token(GPTConfig.of(c))
+    formula = sizes.sizes(c.model, tp=1)["flops_per_token"]
     assert counted == pytest.approx(formula, rel=0.02)
 
 
@@ -108,28 +110,18 @@ def test_loss_scaler_hysteresis_window_and_floor():
 
 
 def test_learning_rate_warm_up_then_cosine_to_min():
-    from caraml.workloads.llm_training.train import learning_rate
-
-    p = params(lr=1e-4, min_lr=1e-5, lr_warmup_samples=100, lr_decay_samples=1100)
-    assert learning_rate(p, 0) == 0.0
-    assert learning_rate(p, 50) == pytest.approx(5e-5)
-    assert learning_rate(p, 100) == pytest.approx(1e-4)
-    assert learning_rate(p, 600) == pytest.approx(5.5e-5)  # half-way: the mean of lr and min_lr
-    assert learning_rate(p, 1100) == pytest.approx(1e-5)
-    assert learning_rate(p, 5000) == 1e-5
+    opt = config(lr=1e-4, min_lr=1e-5, lr_warmup_samples=100, lr_decay_samples=1100).optim
+    assert opt.learning_rate(0) == 0.0
+    assert opt.learning_rate(50) == pytest.approx(5e-5)
+    assert opt.learning_rate(100) == pytest.approx(1e-4)
+    assert opt.learning_rate(600) == pytest.approx(5.5e-5)  # half-way: the mean of lr and min_lr
+    assert opt.learning_rate(1100) == pytest.approx(1e-5)
+    assert opt.learning_rate(5000) == 1e-5
 
 
 def bench(**overrides):
     """A GPTBench of the smoke model in this process (one rank, CPU)."""
-    import torch
-
-    from caraml.contract import RunContext
-    from caraml.parallel_dims import ParallelDims
-    from caraml.distributed import DistContext
-    from caraml.workloads.llm_training.train import GPTBench
-
-    p = params(**overrides)
-    return GPTBench(p, RunContext(device=torch.device("cpu"), seed=p["seed"], dist=DistContext(), dims=ParallelDims()))
+    return build_bench(RunSpec("llm_training", overrides, "smoke"), device="cpu")
 
 
 def test_recompute_changes_no_number():
@@ -167,15 +159,103 @@ def test_fp16_overflow_skips_the_step_and_spends_hysteresis():
     ({"seq_length": 128}, 1, "seq_length=128 exceeds max_position_embeddings=64"),
 ])
 def test_layout_problems(overrides, devices, says):
-    assert says in layout_problem(params(**overrides), devices)
+    assert says in layout_problem(config(**overrides), devices)
 
 
 def test_layouts_that_fit():
-    assert layout_problem(params(global_batch_size=4), 2) is None  # dp 2 x micro 2 x 1
-    assert layout_problem(params(tp=2, pp=2, grad_accumulation=2), 8) is None
-    assert layout_problem(params("13B"), 176) is None
-    assert layout_problem(params("175B"), 64) is None
-    assert "tp*pp = 8*8 = 64 does not divide the 16 devices" in layout_problem(params("175B"), 16)
+    assert layout_problem(config(global_batch_size=4), 2) is None  # dp 2 x micro 2 x 1
+    assert layout_problem(config(tp=2, pp=2, grad_accumulation=2), 8) is None
+    assert layout_problem(config("13B"), 176) is None
+    assert layout_problem(config("175B"), 64) is None
+    assert "tp*pp = 8*8 = 64 does not divide the 16 devices" in layout_problem(config("175B"), 16)
+
+
+# the typed config, the layout, the plan ------------------------------------------------------------------------------
+@pytest.mark.parametrize("given, meant", [("on", "inductor"), ("true", "inductor"), (True, "inductor"),
+                                          ("off", "none"), ("false", "none"), (False, "none"),
+                                          ("inductor", "inductor"), ("none", "none")])
+def test_compile_names_its_compiler_and_accepts_the_former_on_off(given, meant):
+    assert config(compile=given).compute.compile == meant
+    assert config().compute.compile == "none" and not config().compute.compiled
+
+
+def test_compile_refuses_a_compiler_it_does_not_run():
+    with pytest.raises(BadInput, match="compile=aot_eager is not valid; choose one of: none, inductor"):
+        config(compile="aot_eager")
+
+
+def test_config_sections_read_the_parameters():
+    c = config(micro_batch_size=3, grad_accumulation=2, ffn_hidden_size=0, tp=2, data_path="x/y")
+    assert isinstance(c, TrainingConfig)
+    assert (c.batch.replica_rows, c.batch.global_batch(4)) == (6, 24)
+    assert (c.model.ffn, c.model.head_dim, c.model.padded_vocab(2)) == (256, 16, 512)
+    assert (c.parallel.tp, c.data.source, c.data.path) == (2, "synthetic", "x/y")
+
+
+def test_declaration_config_and_layout_import_no_torch():
+    code = ("import sys\n"
+            "from caraml.runner import RunSpec, resolve\n"
+            "from caraml.workloads.llm_training import dims\n"
+            "c = resolve(RunSpec('llm_training', {'tp': 2}, 'smoke')).config\n"
+            "d = dims(c, 4).for_rank(3)\n"
+            "assert d.coords() == (1, 1, 0) and d.tp_enabled and d.last_stage, d\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_parallel_dims_place_every_rank():
+    from caraml.parallel_dims import ParallelDims
+
+    layout = ParallelDims.split(8, tp=2, pp=2)
+    for rank in range(8):
+        d = layout.for_rank(rank)
+        assert d.rank == rank and d.rank_of(d.dp_rank, d.tp_rank, d.pp_rank) == rank
+        assert (d.dp_rank, d.tp_rank, d.pp_rank) == layout.coords(rank) == d.coords()
+        assert (d.first_stage, d.last_stage) == (rank < 4, rank >= 4)
+        assert d.counts_units() == (d.tp_rank == 0 and d.last_stage)
+        assert d.as_dict() == {"dp": 2, "tp": 2, "pp": 2, "world": 8} and d == ParallelDims(2, 2, 2, rank)
+    assert layout.tp_enabled and layout.pp_enabled and layout.dp_enabled
+    alone = ParallelDims()
+    assert not (alone.tp_enabled or alone.pp_enabled or alone.dp_enabled)
+    assert alone.first_stage and alone.last_stage and alone.group("dp") is None  # one process: no group, no mesh
+    with pytest.raises(BadInput, match="rank 2 does not exist among 2 processes"):
+        ParallelDims(dp=2).for_rank(2)
+
+
+def test_the_runner_gives_the_layout_this_process_rank(monkeypatch):
+    from caraml import runner
+
+    for key, value in {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(key, value)
+    setup = runner._set_up(RunSpec("llm_training", {"tp": 2, "device": "cpu"}, "smoke"))
+    assert setup.dims.rank == 3 and setup.dims.coords() == (1, 1, 0)  # dp rank 1, tp rank 1, stage 0
+    assert setup.context().dims is setup.dims and setup.dims.as_dict()["dp"] == 2
+
+
+def test_plan_takes_the_tensor_parallel_options_only_where_they_apply():
+    from caraml.parallel_dims import ParallelDims
+    from caraml.workloads.llm_training.parallel import ParallelPlan
+
+    asked = config().parallel  # sequence_parallel, loss_parallel and the distributed optimizer on
+    assert ParallelPlan.of(asked, ParallelDims()) == ParallelPlan(False, False, "none")
+    assert ParallelPlan.of(asked, ParallelDims(dp=2, tp=2)) == ParallelPlan(True, True, "fsdp2")
+    ddp = config(distributed_optimizer=False, loss_parallel=False).parallel
+    assert ParallelPlan.of(ddp, ParallelDims(dp=2)) == ParallelPlan(False, False, "ddp")
+    assert ParallelPlan.of(ddp, ParallelDims(dp=2, tp=2)) == ParallelPlan(True, False, "allreduce")
+
+
+def test_details_count_the_steps_after_begin_measure():
+    b = bench()  # the smoke preset's warmup_steps=2, which the bench does not read
+    for _ in range(3):
+        b.step()
+    b.begin_measure()
+    for _ in range(4):
+        b.step()
+    details = b.details()
+    assert details["loss"]["steps"] == 4 and len(b.iteration_times()) == 4
+    assert details["loss"]["first"] == b.loss_values()[3] and details["time_per_iteration_s"] > 0
+    assert b.info.compiled is False and details["compile_scope"] is None
 
 
 @pytest.mark.parametrize("args, says", [
@@ -200,8 +280,10 @@ def test_smoke_run_through_the_cli(tmp_path):
     assert loss["finite"] and loss["falling"] and loss["steps"] == 10 and loss["last"] < loss["first"] - 0.3
     assert (m["dp"], m["global_batch_size"], m["padded_vocab_size"]) == (1, 2, 512)
     assert m["time_per_iteration_s"] > 0 and m["tflops_caraml_per_device"] > 0
-    assert m["flops_per_unit"] == sizes.sizes(record["params"], 1)["flops_per_token"]
+    assert m["flops_per_unit"] == sizes.sizes(WORKLOAD.config_of(record["params"]).model, 1)["flops_per_token"]
     assert "12*L*h*s" in m["flops_convention"] and m["precision_in_use"] == "fp32"
+    assert record["params"]["compile"] == "none" and m["compile_scope"] is None
+    assert record["launch"]["parallel"] == m["parallel"] == {"dp": 1, "tp": 1, "pp": 1, "world": 1}
     assert set(WORKLOAD.metrics) <= set(m)  # every declared metric is recorded
     (tmp_path / "record.json").write_text(out)  # as JUBE keeps it
     row = dict(ln.split("=", 1) for ln in caraml("row", tmp_path / "record.json", check=0).stdout.splitlines())

@@ -22,7 +22,6 @@ class RunContext:
     dist: Any  # caraml.distributed.DistContext: rank, world_size, all_reduce, barrier
     dims: ParallelDims = field(default_factory=ParallelDims)
     data_root: str | None = None  # where datasets live (CARAML_DATA or --data-root); None: synthetic only
-    _mesh: Any = field(default=None, repr=False)
 
     @property
     def rank(self) -> int:
@@ -33,13 +32,9 @@ class RunContext:
         return self.dist.world_size
 
     def mesh(self):
-        """The device mesh (pp, dp, tp) over all ranks, made on first use; needs an initialised process group."""
-        if self._mesh is None:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self._mesh = init_device_mesh(self.device.type, (self.dims.pp, self.dims.dp, self.dims.tp),
-                                          mesh_dim_names=("pp", "dp", "tp"))
-        return self._mesh
+        """The device mesh (pp, dp, tp) over all ranks on this run's device type, made on first use by `dims`;
+        needs an initialised process group."""
+        return self.dims.mesh(self.device.type)
 
 
 @dataclass

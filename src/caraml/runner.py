@@ -95,7 +95,7 @@ def _set_up(spec: RunSpec) -> _Setup:
     wl = run.workload
     workloads.require_built(wl)
     dist = distributed.launch_env()
-    dims = wl.parallel_dims(run.config, dist.world_size)
+    dims = wl.parallel_dims(run.config, dist.world_size).for_rank(dist.rank)
     device = _pick_device(run.measure.device, dist)
     if wl.check_device:
         wl.check_device(run.config, device)

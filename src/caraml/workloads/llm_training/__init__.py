@@ -2,16 +2,19 @@
 parallelism, sequence parallelism, activation recompute, fp16/bf16 with fp32 master weights.
 
 This module only declares the workload (parameters, presets, layout checks, result columns) and imports
-no torch; model.py, parallel.py and train.py are loaded when a run builds the benchmark.
+no torch; the parameters resolve into the typed `TrainingConfig` of config.py (torch-free too), which every
+function here and the bench read. model.py, parallel.py and train.py (the bench) are loaded when a run builds
+the benchmark.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
+from caraml.workloads.llm_training.config import TrainingConfig
+
+COMPILERS = ("none", "inductor")
 
 PARAMS = [
     Param("model_size", str, "800M", "label of the model shape (CARAML's 800M, 13B, 175B; 117M GPT-2; smoke; custom)",
@@ -43,7 +46,9 @@ PARAMS = [
           "data-parallel replicas (FSDP2); off: DDP (all-reduce of gradients)"),
     Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master "
           "weights", choices=("fp32", "fp16", "bf16"), headline=True),
-    Param("compile", bool, False, "torch.compile the model (compile_scope says what is one graph)", headline=True),
+    Param("compile", str, "none", "none, or inductor: torch.compile the model (compile_scope says what is one "
+          "graph)", choices=COMPILERS, headline=True,
+          value_aliases=(("on", "inductor"), ("true", "inductor"), ("off", "none"), ("false", "none"))),
     Param("attention", str, "auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
           choices=("auto", "cudnn", "flash", "efficient", "math")),
     Param("compile_scope", str, "model", "model: forward and loss as one graph (head and cross-entropy fused), "
@@ -87,69 +92,70 @@ PRESETS = {
 }
 
 
-def layout_problem(p: dict[str, Any], devices: int) -> str | None:
+def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
     """What makes this model and batch impossible on `devices` processes, in one line; None when it fits."""
-    tp, pp = p["tp"], p["pp"]
+    m, b, par = cfg.model, cfg.batch, cfg.parallel
+    tp, pp = par.tp, par.pp
     if devices % (tp * pp):
         return f"tp*pp = {tp}*{pp} = {tp * pp} does not divide the {devices} devices"
     dp = devices // (tp * pp)
-    heads, hidden, layers = p["num_attention_heads"], p["hidden_size"], p["num_layers"]
+    heads, hidden, layers = m.num_attention_heads, m.hidden_size, m.num_layers
     if hidden % heads:
         return f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}"
     if heads % tp:
         return f"num_attention_heads={heads} is not a multiple of tp={tp} (each rank needs whole heads)"
-    ffn = p["ffn_hidden_size"] or 4 * hidden
-    if ffn % tp:
-        return f"ffn_hidden_size={ffn} is not a multiple of tp={tp}"
+    if m.ffn % tp:
+        return f"ffn_hidden_size={m.ffn} is not a multiple of tp={tp}"
     if layers % pp:
         return f"num_layers={layers} is not a multiple of pp={pp} (equal pipeline stages)"
-    if pp > 1 and p["grad_accumulation"] < pp:
-        return (f"grad_accumulation={p['grad_accumulation']} micro-batches cannot fill a pipeline of pp={pp} "
+    if pp > 1 and b.grad_accumulation < pp:
+        return (f"grad_accumulation={b.grad_accumulation} micro-batches cannot fill a pipeline of pp={pp} "
                 f"stages; use grad_accumulation >= {pp}")
-    if p["position"] == "rope" and (hidden // heads) % 2:
-        return f"position=rope needs an even head size; hidden_size/num_attention_heads = {hidden // heads}"
-    if p["seq_length"] > p["max_position_embeddings"]:
-        return (f"seq_length={p['seq_length']} exceeds max_position_embeddings={p['max_position_embeddings']}")
-    if p["sequence_parallel"] and tp > 1 and p["seq_length"] % tp:
-        return f"sequence_parallel needs seq_length={p['seq_length']} to be a multiple of tp={tp}"
-    derived = dp * p["micro_batch_size"] * p["grad_accumulation"]
-    if p["global_batch_size"] and p["global_batch_size"] != derived:
-        return (f"global_batch_size={p['global_batch_size']} is not dp x micro_batch_size x grad_accumulation = "
-                f"{dp} x {p['micro_batch_size']} x {p['grad_accumulation']} = {derived}; give global_batch_size=0 or "
-                f"grad_accumulation={max(1, p['global_batch_size'] // max(1, dp * p['micro_batch_size']))}")
+    if m.position == "rope" and m.head_dim % 2:
+        return f"position=rope needs an even head size; hidden_size/num_attention_heads = {m.head_dim}"
+    if m.seq_length > m.max_position_embeddings:
+        return f"seq_length={m.seq_length} exceeds max_position_embeddings={m.max_position_embeddings}"
+    if par.sequence_parallel and tp > 1 and m.seq_length % tp:
+        return f"sequence_parallel needs seq_length={m.seq_length} to be a multiple of tp={tp}"
+    derived = b.global_batch(dp)
+    if b.global_batch_size and b.global_batch_size != derived:
+        return (f"global_batch_size={b.global_batch_size} is not dp x micro_batch_size x grad_accumulation = "
+                f"{dp} x {b.micro_batch_size} x {b.grad_accumulation} = {derived}; give global_batch_size=0 or "
+                f"grad_accumulation={max(1, b.global_batch_size // max(1, dp * b.micro_batch_size))}")
     return None
 
 
-def dims(p: dict[str, Any], world: int):
+def dims(cfg: TrainingConfig, world: int):
+    """The layout of `world` processes: dp = world / (tp x pp), after the model and batch checks."""
     from caraml.parallel_dims import ParallelDims
 
-    problem = layout_problem(p, world)
+    problem = layout_problem(cfg, world)
     if problem:
         raise BadInput(f"llm_training: {problem}")
-    return ParallelDims.split(world, p["tp"], p["pp"])
+    return ParallelDims.split(world, cfg.parallel.tp, cfg.parallel.pp)
 
 
-def check_device(p: dict[str, Any], device) -> None:
+def check_device(cfg: TrainingConfig, device) -> None:
     """Before anything starts: the precision runs on this device, and data=oscar finds its reader and files."""
     import os
 
-    from caraml.workloads.image_classification import check_precision
+    from caraml.kit.precision import check_precision
 
-    check_precision(p["precision"], device)
-    if p["data"] == "oscar":
+    check_precision(cfg.compute.precision, device)
+    if cfg.data.source == "oscar":
         from caraml.workloads.llm_training.data import check_indexed
 
-        check_indexed(p, os.environ.get("CARAML_DATA"))
+        check_indexed(cfg.data, os.environ.get("CARAML_DATA"))
 
 
-def build(p: dict[str, Any], ctx):
+def build(cfg: TrainingConfig, ctx):
     from caraml.workloads.llm_training.train import GPTBench
 
-    return GPTBench(p, ctx)
+    return GPTBench(cfg, ctx)
 
 
 WORKLOAD = register(Workload(
-    name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build,
+    name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build, config=TrainingConfig,
     check_device=check_device, check_launch=layout_problem, dims=dims,
     description="GPT pre-training, Megatron's recipe in PyTorch (tensor, pipeline, data parallel)",
     # CARAML's columns, then ours (MFU, Tokens/Wh, ...)

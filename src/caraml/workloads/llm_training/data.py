@@ -8,11 +8,11 @@ of summation). Replica r takes samples [r*n, (r+1)*n) of each global batch, n = 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
 
 from caraml.errors import BadInput
+from caraml.workloads.llm_training.config import DataConfig, TrainingConfig
 
 SYNTHETIC_BATCHES = 2  # distinct global batches, alternated (as image_classification's synthetic data)
 ROWS_PER_DRAW = 256  # the random tokens are drawn in chunks of global rows, the same chunks in every layout
@@ -21,8 +21,9 @@ ROWS_PER_DRAW = 256  # the random tokens are drawn in chunks of global rows, the
 class SyntheticTokens:
     """Random tokens made on the device from a seeded generator: two global batches, only this replica's rows kept."""
 
-    def __init__(self, p: dict[str, Any], global_batch: int, dp_rank: int, device: torch.device, seed: int):
-        n = _local_rows(p)  # rows of this replica
+    def __init__(self, cfg: TrainingConfig, global_batch: int, dp_rank: int, device: torch.device, seed: int):
+        n = cfg.batch.replica_rows  # rows of this replica
+        vocab, seq = cfg.model.vocab_size, cfg.model.seq_length
         lo, hi = dp_rank * n, (dp_rank + 1) * n
         gen = torch.Generator(device=device).manual_seed(seed + 7919)
         self.batches = []
@@ -30,7 +31,7 @@ class SyntheticTokens:
             kept = []
             for start in range(0, global_batch, ROWS_PER_DRAW):
                 rows = min(ROWS_PER_DRAW, global_batch - start)
-                draw = torch.randint(0, p["vocab_size"], (rows, p["seq_length"] + 1), device=device, generator=gen)
+                draw = torch.randint(0, vocab, (rows, seq + 1), device=device, generator=gen)
                 a, b = max(lo, start), min(hi, start + rows)
                 if a < b:
                     kept.append(draw[a - start:b - start])
@@ -47,14 +48,15 @@ class SyntheticTokens:
 class IndexedTokens:
     """Samples of a Megatron indexed dataset (.bin/.idx) through caraml.data.megatron.GPTSamples."""
 
-    def __init__(self, p: dict[str, Any], prefix: str, global_batch: int, dp_rank: int, device: torch.device,
+    def __init__(self, cfg: TrainingConfig, prefix: str, global_batch: int, dp_rank: int, device: torch.device,
                  seed: int):
         from caraml.data.megatron import GPTSamples
 
-        self.samples = GPTSamples(prefix, p["seq_length"], seed)
+        seq = cfg.model.seq_length
+        self.samples = GPTSamples(prefix, seq, seed)
         if len(self.samples) == 0:
-            raise BadInput(f"data=oscar: {prefix} holds no sample of {p['seq_length'] + 1} tokens")
-        self.rows = _local_rows(p)
+            raise BadInput(f"data=oscar: {prefix} holds no sample of {seq + 1} tokens")
+        self.rows = cfg.batch.replica_rows
         self.global_batch, self.dp_rank, self.device = global_batch, dp_rank, device
         self.iteration = 0
 
@@ -70,28 +72,25 @@ class IndexedTokens:
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
-def check_indexed(p: dict[str, Any], data_root: str | None) -> None:
+def check_indexed(data: DataConfig, data_root: str | None) -> None:
     """The .bin/.idx pair exists (checked before a run starts); GPTSamples validates their contents."""
-    prefix = dataset_prefix(p, data_root)
+    prefix = dataset_prefix(data, data_root)
     if not os.path.isfile(prefix + ".bin"):
         raise BadInput(f"data=oscar: {prefix}.bin does not exist beside its .idx; give data_path=PREFIX of a "
                        ".bin/.idx pair (e.g. made by `caraml data prepare`)")
 
 
-def _local_rows(p: dict[str, Any]) -> int:
-    return p["micro_batch_size"] * p["grad_accumulation"]
-
-
-def dataset_prefix(p: dict[str, Any], data_root: str | None) -> str:
+def dataset_prefix(data: DataConfig, data_root: str | None) -> str:
     """data_path (a prefix, or its .bin/.idx), looked up under CARAML_DATA when relative; CARAML's
     oscar_text_document there by default."""
     from caraml.data.megatron import locate
 
-    return str(locate(p["data_path"] or "oscar_text_document", data_root))
+    return str(locate(data.path or "oscar_text_document", data_root))
 
 
-def make(p: dict[str, Any], global_batch: int, dp_rank: int, device: torch.device, seed: int,
+def make(cfg: TrainingConfig, global_batch: int, dp_rank: int, device: torch.device, seed: int,
          data_root: str | None):
-    if p["data"] == "synthetic":
-        return SyntheticTokens(p, global_batch, dp_rank, device, seed)
-    return IndexedTokens(p, dataset_prefix(p, data_root), global_batch, dp_rank, device, seed)
+    """This replica's token batches of the data source `cfg.data` names."""
+    if cfg.data.source == "synthetic":
+        return SyntheticTokens(cfg, global_batch, dp_rank, device, seed)
+    return IndexedTokens(cfg, dataset_prefix(cfg.data, data_root), global_batch, dp_rank, device, seed)

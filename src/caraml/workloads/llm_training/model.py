@@ -15,14 +15,15 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from caraml.workloads.llm_training import sizes
+if TYPE_CHECKING:
+    from caraml.workloads.llm_training.config import TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,13 @@ class GPTConfig:
         return self.hidden_size // self.num_heads
 
     @classmethod
-    def from_params(cls, p: dict[str, Any], tp: int = 1) -> "GPTConfig":
-        return cls(num_layers=p["num_layers"], hidden_size=p["hidden_size"], num_heads=p["num_attention_heads"],
-                   ffn_hidden_size=sizes.ffn_size(p), seq_length=p["seq_length"],
-                   max_positions=p["max_position_embeddings"], vocab_size=sizes.padded_vocab(p["vocab_size"], tp),
-                   position=p["position"], activation=p["activation"], init_std=p["init_std"],
-                   recompute=p["recompute"])
+    def of(cls, cfg: "TrainingConfig", tp: int = 1) -> "GPTConfig":
+        """The model as built from a training config: the MLP width resolved, the vocabulary padded for `tp`."""
+        m = cfg.model
+        return cls(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_attention_heads,
+                   ffn_hidden_size=m.ffn, seq_length=m.seq_length, max_positions=m.max_position_embeddings,
+                   vocab_size=m.padded_vocab(tp), position=m.position, activation=m.activation,
+                   init_std=m.init_std, recompute=cfg.compute.recompute)
 
 
 # rotary positions ---------------------------------------------------------------------------------------------

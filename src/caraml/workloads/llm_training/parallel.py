@@ -4,7 +4,8 @@ Order as in torchtitan: build this rank's pipeline stage on the meta device; mat
 tensor-parallelise it one part at a time (so no rank ever holds more than one whole block); compile each
 block; then data parallelism: FSDP2 (the "distributed optimizer": parameters, gradients and optimizer
 state sharded over the data-parallel replicas) or DDP, or a plain all-reduce of the gradients where DDP
-cannot take tensor-parallel (DTensor) parameters.
+cannot take tensor-parallel (DTensor) parameters. Where this rank sits, its groups and its stage come from
+caraml.parallel_dims.ParallelDims; which options take effect on that layout is the `ParallelPlan`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from caraml.parallel_dims import ParallelDims
+from caraml.workloads.llm_training.config import ParallelConfig
 from caraml.workloads.llm_training.model import GPT, GPTConfig, init_weights, rope_cache
 
 
@@ -89,46 +92,50 @@ def _parallelize(module: nn.Module, tp_mesh, plan: dict) -> None:
     parallelize_module(module, tp_mesh, plan, **kwargs)
 
 
-# the stage ----------------------------------------------------------------------------------------------------
-@dataclass
-class Layout:
-    """What this rank holds and with whom it talks."""
+# the plan ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How the GPT uses its layout (caraml.parallel_dims.ParallelDims): the options that take effect there."""
 
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    dp_rank: int = 0
-    tp_rank: int = 0
-    pp_rank: int = 0
-    mesh: Any = None  # DeviceMesh ("pp", "dp", "tp"), or None for one process
-    sequence_parallel: bool = False
-    loss_parallel: bool = False
+    sequence_parallel: bool = False  # norms and residuals on sequence shards (tp > 1 only)
+    loss_parallel: bool = False  # cross-entropy on vocabulary-sharded logits (tp > 1 only)
     dp_mode: str = "none"  # none | fsdp2 | ddp | allreduce
 
-    @property
-    def first(self) -> bool:
-        return self.pp_rank == 0
+    @classmethod
+    def of(cls, par: ParallelConfig, dims: ParallelDims) -> "ParallelPlan":
+        """The options asked for (`par`) as they apply on `dims`: the tp options only with tp > 1; data
+        parallelism by FSDP2 (the distributed optimizer), else DDP, else a plain all-reduce where DDP cannot take
+        tensor-parallel (DTensor) parameters."""
+        if not dims.dp_enabled:
+            mode = "none"
+        elif par.distributed_optimizer:
+            mode = "fsdp2"
+        else:
+            mode = "allreduce" if dims.tp_enabled else "ddp"
+        return cls(sequence_parallel=par.sequence_parallel and dims.tp_enabled,
+                   loss_parallel=par.loss_parallel and dims.tp_enabled, dp_mode=mode)
 
-    @property
-    def last(self) -> bool:
-        return self.pp_rank == self.pp - 1
-
-    def group(self, name: str):
-        return self.mesh[name].get_group() if self.mesh is not None else None
+    def as_dict(self) -> dict[str, Any]:
+        return {"dp_mode": self.dp_mode, "sequence_parallel": self.sequence_parallel,
+                "loss_parallel": self.loss_parallel}
 
 
-def build_stage(cfg: GPTConfig, lay: Layout, device: torch.device, seed: int, compile_blocks: bool) -> nn.Module:
-    """This rank's part of the model: materialised, initialised, tensor-parallel, compiled; not yet data-parallel."""
+# the stage ----------------------------------------------------------------------------------------------------
+def build_stage(cfg: GPTConfig, dims: ParallelDims, plan: ParallelPlan, device: torch.device, seed: int,
+                compile_blocks: dict | None) -> nn.Module:
+    """This rank's part of the model: materialised, initialised, tensor-parallel, compiled (with the options of
+    torch.compile `compile_blocks`, or not at all when None); not yet data-parallel."""
     with torch.device("meta"):
-        model = GPT(cfg, stage_layers(cfg.num_layers, lay.pp, lay.pp_rank), first=lay.first, last=lay.last)
-    tp_mesh = lay.mesh["tp"] if lay.tp > 1 else None
-    sp = lay.sequence_parallel
+        model = GPT(cfg, stage_layers(cfg.num_layers, dims.pp, dims.pp_rank), first=dims.first_stage,
+                    last=dims.last_stage)
+    tp_mesh = dims.mesh()["tp"] if dims.tp_enabled else None
+    sp = plan.sequence_parallel
 
-    def make(part: nn.Module, prefix: str, plan: dict | None) -> None:
+    def make(part: nn.Module, prefix: str, tp_plan: dict | None) -> None:
         part.to_empty(device=device)
         init_weights(part, cfg, seed, prefix)
-        if tp_mesh is not None and plan:
-            _parallelize(part, tp_mesh, plan)
+        if tp_mesh is not None and tp_plan:
+            _parallelize(part, tp_mesh, tp_plan)
 
     if model.embed is not None:
         make(model.embed, "embed.", _embedding_plan(cfg, sp))
@@ -138,32 +145,33 @@ def build_stage(cfg: GPTConfig, lay: Layout, device: torch.device, seed: int, co
         make(model.norm, "norm.", None)
         make(model.output, "output.", None)
         if tp_mesh is not None:
-            _parallelize(model, tp_mesh, _head_plan(sp, lay.loss_parallel))
+            _parallelize(model, tp_mesh, _head_plan(sp, plan.loss_parallel))
         if model.embed is not None:
             model.tie_weights()  # both are vocabulary-sharded alike under tp, so the tie holds
     if model.rope is not None:
         model.rope = rope_cache(cfg, device=device)
-    if compile_blocks:
+    if compile_blocks is not None:
         for name, block in list(model.layers.items()):
-            model.layers[name] = torch.compile(block)
+            model.layers[name] = torch.compile(block, **compile_blocks)
     return model
 
 
-def apply_data_parallel(model: nn.Module, lay: Layout, device: torch.device) -> nn.Module:
-    if lay.dp_mode == "fsdp2":
+def apply_data_parallel(model: nn.Module, dims: ParallelDims, plan: ParallelPlan, device: torch.device
+                        ) -> nn.Module:
+    if plan.dp_mode == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        dp_mesh = lay.mesh["dp"]
+        dp_mesh = dims.mesh()["dp"]
         # Parameters stay gathered from forward to backward (no second all-gather), as Megatron's
         # distributed optimizer keeps them; gradients are reduce-scattered, optimizer state is sharded.
         for block in model.layers.values():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=False)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=False)
         return model
-    if lay.dp_mode == "ddp":
+    if plan.dp_mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, process_group=lay.group("dp"),
+        return DistributedDataParallel(model, process_group=dims.group("dp"),
                                        device_ids=[device.index] if device.type == "cuda" else None,
                                        gradient_as_bucket_view=True)
     return model
@@ -198,29 +206,29 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 # the tied embedding across pipeline stages ---------------------------------------------------------------------
-def tied_embedding_group(lay: Layout):
+def tied_embedding_group(dims: ParallelDims):
     """With pp > 1 the first stage holds the embedding and the last stage a copy as output layer (Megatron's
     way): their gradients are summed over a group of the two after every step, so both copies stay equal."""
-    if lay.pp == 1:
+    if not dims.pp_enabled:
         return None
     mine = None
-    for dp_rank in range(lay.dp):
-        for tp_rank in range(lay.tp):
-            ranks = [(0 * lay.dp + dp_rank) * lay.tp + tp_rank, ((lay.pp - 1) * lay.dp + dp_rank) * lay.tp + tp_rank]
+    for dp_rank in range(dims.dp):
+        for tp_rank in range(dims.tp):
+            ranks = [dims.rank_of(dp_rank, tp_rank, 0), dims.rank_of(dp_rank, tp_rank, dims.pp - 1)]
             group = dist.new_group(ranks)  # every rank creates every group, in the same order
-            if (dp_rank, tp_rank) == (lay.dp_rank, lay.tp_rank):
+            if (dp_rank, tp_rank) == (dims.dp_rank, dims.tp_rank):
                 mine = group
-    return mine if (lay.first or lay.last) else None
+    return mine if (dims.first_stage or dims.last_stage) else None
 
 
-def tied_weight(model: nn.Module, lay: Layout) -> nn.Parameter | None:
+def tied_weight(model: nn.Module, dims: ParallelDims) -> nn.Parameter | None:
     """This stage's copy of the embedding when it is shared with another stage."""
-    if lay.pp == 1:
+    if not dims.pp_enabled:
         return None
     inner = model.module if hasattr(model, "module") else model
-    if lay.first:
+    if dims.first_stage:
         return inner.embed.tok.weight
-    if lay.last:
+    if dims.last_stage:
         return inner.output.weight
     return None
 
@@ -239,7 +247,7 @@ def sync_tied_gradient(weight: nn.Parameter | None, group) -> None:
 
 
 # gradient norm over every rank ----------------------------------------------------------------------------------
-def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Parameter | None = None
+def grad_square_share(params: list[nn.Parameter], dims: ParallelDims, exclude: nn.Parameter | None = None
                       ) -> torch.Tensor:
     """This rank's share of the squared 2-norm of the whole model's gradients: summed over all ranks (one
     all-reduce, by the caller) it is the squared norm. A gradient held alike by several ranks of a stage
@@ -247,7 +255,7 @@ def grad_square_share(params: list[nn.Parameter], lay: Layout, exclude: nn.Param
     embedding is left out (counted once, on the first stage). Multi-tensor kernels, no host synchronisation."""
     from torch.distributed.tensor import DTensor, Shard
 
-    stage_ranks = lay.dp * lay.tp
+    stage_ranks = dims.dp * dims.tp
     by_share: dict[float, list[torch.Tensor]] = {}
     for p in params:
         g = p.grad

@@ -7,7 +7,10 @@ a GELU (or SwiGLU) MLP, learned or rotary positions, and an output layer tied to
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from caraml.workloads.llm_training.config import ModelShape
 
 # Megatron's --make-vocab-size-divisible-by default: the vocabulary is padded to a multiple of 128 x tp.
 VOCAB_MULTIPLE = 128
@@ -30,10 +33,6 @@ def padded_vocab(vocab_size: int, tp: int = 1, multiple: int = VOCAB_MULTIPLE) -
     """Megatron's padding: the next multiple of 128 x tp, so that each tensor-parallel rank holds an equal share."""
     step = multiple * tp
     return int(math.ceil(vocab_size / step) * step)
-
-
-def ffn_size(p: dict[str, Any]) -> int:
-    return p["ffn_hidden_size"] or 4 * p["hidden_size"]
 
 
 def parameter_counts(layers: int, hidden: int, ffn: int, vocab: int, positions: int, position: str = "rope",
@@ -67,12 +66,12 @@ def caraml_flops_per_iteration(global_batch: int, seq: int, layers: int, hidden:
         1 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
 
 
-def sizes(p: dict[str, Any], tp: int) -> dict[str, Any]:
-    """Everything the record states about the model's size, from the parameters."""
-    vocab = padded_vocab(p["vocab_size"], tp)
-    counts = parameter_counts(p["num_layers"], p["hidden_size"], ffn_size(p), vocab, p["max_position_embeddings"],
-                              p["position"], p["activation"])
-    return {"vocab_size": p["vocab_size"], "padded_vocab_size": vocab, "ffn_hidden_size": ffn_size(p),
+def sizes(model: "ModelShape", tp: int) -> dict[str, Any]:
+    """Everything the record states about the model's size, from its shape and the tensor-parallel size."""
+    vocab = padded_vocab(model.vocab_size, tp)
+    counts = parameter_counts(model.num_layers, model.hidden_size, model.ffn, vocab, model.max_position_embeddings,
+                              model.position, model.activation)
+    return {"vocab_size": model.vocab_size, "padded_vocab_size": vocab, "ffn_hidden_size": model.ffn,
             "parameters": counts,
-            "flops_per_token": flops_per_token(p["num_layers"], p["hidden_size"], ffn_size(p), vocab,
-                                               p["seq_length"], p["activation"])}
+            "flops_per_token": flops_per_token(model.num_layers, model.hidden_size, model.ffn, vocab,
+                                               model.seq_length, model.activation)}

@@ -20,9 +20,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from caraml.contract import BenchInfo, RunContext
-from caraml.parallel_dims import ParallelDims
+from caraml.kit.compile import compile_options
+from caraml.kit.optim import kernel_flags
+from caraml.kit.precision import autocast, autocast_dtype, matmul_tf32_allowed, precision_in_use
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import parallel, sizes
+from caraml.workloads.llm_training.config import TrainingConfig
 from caraml.workloads.llm_training.model import GPTConfig, attention_kernels
 from caraml.workloads.llm_training.scaler import LossScaler
 
@@ -35,36 +38,6 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
-def learning_rate(p: dict[str, Any], samples: int) -> float:
-    """Megatron's schedule in samples consumed: linear warm-up from 0, cosine decay to min_lr, then min_lr."""
-    warm, decay = p["lr_warmup_samples"], p["lr_decay_samples"]
-    if warm > 0 and samples <= warm:
-        return p["lr"] * samples / warm
-    if samples > decay:
-        return p["min_lr"]
-    ratio = (samples - warm) / max(1, decay - warm)
-    return p["min_lr"] + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (p["lr"] - p["min_lr"])
-
-
-def global_batch(p: dict[str, Any], dims: ParallelDims) -> int:
-    return dims.dp * p["micro_batch_size"] * p["grad_accumulation"]
-
-
-def dp_mode(p: dict[str, Any], dims: ParallelDims) -> str:
-    if dims.dp == 1:
-        return "none"
-    if p["distributed_optimizer"]:
-        return "fsdp2"
-    return "ddp" if dims.tp == 1 else "allreduce"  # DDP cannot broadcast DTensor parameters
-
-
-def precision_in_use(precision: str, device: torch.device) -> str:
-    """fp32 matrix products run as TF32 on GPUs when the process allows it (not by PyTorch's default)."""
-    if precision == "fp32" and device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
-        return "tf32"
-    return precision
-
-
 def _local(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
@@ -72,59 +45,85 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 class GPTBench:
-    def __init__(self, p: dict[str, Any], ctx: RunContext):
-        self.p, self.device, self.dims = p, ctx.device, ctx.dims
-        dims, device = ctx.dims, ctx.device
-        dp_rank, tp_rank, pp_rank = dims.coords(ctx.rank)
-        self.distributed = ctx.world_size > 1
-        self.lay = parallel.Layout(
-            dp=dims.dp, tp=dims.tp, pp=dims.pp, dp_rank=dp_rank, tp_rank=tp_rank, pp_rank=pp_rank,
-            mesh=ctx.mesh() if self.distributed else None,
-            sequence_parallel=p["sequence_parallel"] and dims.tp > 1,
-            loss_parallel=p["loss_parallel"] and dims.tp > 1, dp_mode=dp_mode(p, dims))
-        self.cfg = GPTConfig.from_params(p, dims.tp)
-        self.global_batch = global_batch(p, dims)
-        self.accumulation = p["grad_accumulation"]
-        self.micro = p["micro_batch_size"]
+    """One GPT pre-training iteration per `step()`, on this rank's part of the layout `ctx.dims`."""
 
+    def __init__(self, cfg: TrainingConfig, ctx: RunContext):
+        self.cfg, self.device, self.dims, self.seed = cfg, ctx.device, ctx.dims, ctx.seed
+        self.plan = parallel.ParallelPlan.of(cfg.parallel, ctx.dims)
+        self.model_cfg = GPTConfig.of(cfg, ctx.dims.tp)
+        self.global_batch = cfg.batch.global_batch(ctx.dims.dp)
+        self.accumulation, self.micro = cfg.batch.grad_accumulation, cfg.batch.micro_batch_size
+        self.distributed = ctx.dims.world > 1
+
+        if self.distributed:
+            ctx.mesh()  # the device mesh on this run's device type, made once: every group below is a slice of it
         torch.manual_seed(ctx.seed)
-        # One graph for forward + loss needs a plain module: no tensor or pipeline split.
-        self.compile_scope = None
-        if p["compile"]:
-            self.compile_scope = "model" if p["compile_scope"] == "model" and dims.tp == dims.pp == 1 else "block"
-        model = parallel.build_stage(self.cfg, self.lay, device, ctx.seed, self.compile_scope == "block")
-        self.model = parallel.apply_data_parallel(model, self.lay, device)
-        self.tied = parallel.tied_weight(self.model, self.lay)  # after FSDP2, which replaces the parameters
-        self.tied_group = parallel.tied_embedding_group(self.lay) if self.distributed else None
-        self.params = [q for q in self.model.parameters() if q.requires_grad]
-        self.forward_loss = torch.compile(self._forward_loss) if self.compile_scope == "model" else self._forward_loss
+        self._set_up_precision()
+        self._set_up_model()
         self.optimizer = self._optimizer()
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(p["precision"])
-        self.compute_dtype = dtype or torch.float32  # of the activations: autocast's half precision, or fp32
-        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
-        self.schedule = self._pipeline() if dims.pp > 1 else None
-        self.scaler = LossScaler() if p["precision"] == "fp16" else None
-        self.data = data_mod.make(p, self.global_batch, dp_rank, device, ctx.seed, ctx.data_root)
+        self.schedule = self._pipeline() if ctx.dims.pp_enabled else None
+        self.data = data_mod.make(cfg, self.global_batch, ctx.dims.dp_rank, ctx.device, ctx.seed, ctx.data_root)
+        self._set_up_records()
+        self.sizes = sizes.sizes(cfg.model, ctx.dims.tp)
+        self.info = self._info()
 
+    # setup --------------------------------------------------------------------------------------------------
+    def _set_up_precision(self) -> None:
+        """Autocast in the half precision (fp32 master weights), the activations' dtype, fp16's loss scaler."""
+        precision = self.cfg.compute.precision
+        self.compute_dtype = autocast_dtype(precision) or torch.float32  # autocast's half precision, or fp32
+        self.autocast = autocast(precision, self.device)
+        self.scaler = LossScaler() if precision == "fp16" else None
+
+    def _compile_scope(self) -> str | None:
+        """What is compiled as one graph: the model with its loss needs a plain module (no tensor or pipeline
+        split); otherwise each block. None: nothing compiled."""
+        compute, dims = self.cfg.compute, self.dims
+        if not compute.compiled:
+            return None
+        plain = not dims.tp_enabled and not dims.pp_enabled
+        return "model" if compute.compile_scope == "model" and plain else "block"
+
+    def _set_up_model(self) -> None:
+        """This rank's stage, tensor-parallel and compiled, then data-parallel; the tied embedding's copy and its
+        group across the first and last stage; the parameters trained; forward and loss, compiled or not."""
+        self.compile_scope = self._compile_scope()
+        options = compile_options(self.cfg.compute.compile) if self.compile_scope else None
+        model = parallel.build_stage(self.model_cfg, self.dims, self.plan, self.device, self.seed,
+                                     options if self.compile_scope == "block" else None)
+        self.model = parallel.apply_data_parallel(model, self.dims, self.plan, self.device)
+        self.tied = parallel.tied_weight(self.model, self.dims)  # after FSDP2, which replaces the parameters
+        self.tied_group = parallel.tied_embedding_group(self.dims) if self.distributed else None
+        self.params = [q for q in self.model.parameters() if q.requires_grad]
+        self.forward_loss = (torch.compile(self._forward_loss, **options) if self.compile_scope == "model"
+                             else self._forward_loss)
+
+    def _set_up_records(self) -> None:
+        """The per-step figures details() reports: losses on the device, step ends on the device's clock."""
         self.iteration = 0
         self.updates = 0  # optimizer steps taken (fp16 overflows skip one): the learning rate follows these
         self.losses: list[torch.Tensor] = []  # the global-batch mean loss of each step, on the device
         self._ends: list = []  # end of each step: CUDA events, or host clock readings
-        self.sizes = sizes.sizes(p, dims.tp)
-        self.info = BenchInfo(
-            units_per_step=float(self.micro * self.accumulation * p["seq_length"]), unit="tokens",
-            flops_per_unit=self.sizes["flops_per_token"], flops_convention=sizes.FLOPS_CONVENTION,
-            precision=precision_in_use(p["precision"], device), compiled=p["compile"])
+        self._measured_from: int | None = None  # index of the first measured step (begin_measure)
+        self._window_start = None  # the clock reading at begin_measure: the start of the first measured step
 
-    # setup --------------------------------------------------------------------------------------------------
+    def _info(self) -> BenchInfo:
+        compute = self.cfg.compute
+        tf32 = matmul_tf32_allowed()
+        return BenchInfo(
+            units_per_step=float(self.micro * self.accumulation * self.cfg.model.seq_length), unit="tokens",
+            flops_per_unit=self.sizes["flops_per_token"], flops_convention=sizes.FLOPS_CONVENTION,
+            precision=precision_in_use(compute.precision, self.device, tf32_allowed=tf32), compiled=compute.compiled)
+
     def _optimizer(self) -> torch.optim.Optimizer:
-        """AdamW; no weight decay on biases and norms (Megatron's rule: parameters of fewer than 2 dimensions)."""
+        """AdamW; no weight decay on biases and norms (Megatron's rule: parameters of fewer than 2 dimensions);
+        fused kernels on GPUs."""
         decay = [q for q in self.params if q.ndim >= 2]
         no_decay = [q for q in self.params if q.ndim < 2]
-        groups = [{"params": decay, "weight_decay": self.p["weight_decay"]},
+        groups = [{"params": decay, "weight_decay": self.cfg.optim.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
-        fused = {"fused": True} if self.device.type == "cuda" else {}
-        return torch.optim.AdamW(groups, lr=self.p["lr"], betas=ADAM_BETAS, eps=ADAM_EPS, **fused)
+        fused = kernel_flags("fused") if self.device.type == "cuda" else {}
+        return torch.optim.AdamW(groups, lr=self.cfg.optim.lr, betas=ADAM_BETAS, eps=ADAM_EPS, **fused)
 
     def _pipeline(self):
         import inspect
@@ -133,8 +132,8 @@ class GPTBench:
 
         # Shapes given up front (static mode): no shape inference, which in newer torch runs a real forward and
         # backward through the stage and upsets DDP's and FSDP's gradient bookkeeping.
-        stage = PipelineStage(self.model, self.lay.pp_rank, self.lay.pp, self.device, *self._stage_shapes(),
-                              group=self.lay.group("pp"))
+        stage = PipelineStage(self.model, self.dims.pp_rank, self.dims.pp, self.device, *self._stage_shapes(),
+                              group=self.dims.group("pp"))
         n = self.accumulation
 
         def scaled_loss(logits, targets):  # mean over the global batch's micro-batches, times the fp16 loss scale
@@ -147,20 +146,20 @@ class GPTBench:
         """Example (meta) input and output of one micro-batch on this stage: tokens into the first stage, the
         residual stream (a sequence shard under sequence parallelism) between stages, logits out of the last; both
         in the autocast precision."""
-        cfg, lay, m = self.cfg, self.lay, self.micro
-        seq = cfg.seq_length // lay.tp if lay.sequence_parallel else cfg.seq_length
+        cfg, dims, plan, m = self.model_cfg, self.dims, self.plan, self.micro
+        seq = cfg.seq_length // dims.tp if plan.sequence_parallel else cfg.seq_length
         dtype = self.compute_dtype
         hidden = torch.empty(m, seq, cfg.hidden_size, dtype=dtype, device="meta", requires_grad=True)
-        vocab = cfg.vocab_size // lay.tp if lay.loss_parallel else cfg.vocab_size
-        inputs = torch.empty(m, cfg.seq_length, dtype=torch.long, device="meta") if lay.first else hidden
-        outputs = torch.empty(m, cfg.seq_length, vocab, dtype=dtype, device="meta") if lay.last else hidden
+        vocab = cfg.vocab_size // dims.tp if plan.loss_parallel else cfg.vocab_size
+        inputs = torch.empty(m, cfg.seq_length, dtype=torch.long, device="meta") if dims.first_stage else hidden
+        outputs = torch.empty(m, cfg.seq_length, vocab, dtype=dtype, device="meta") if dims.last_stage else hidden
         return inputs, outputs
 
     def _scale(self) -> float:
         return self.scaler.scale if self.scaler is not None else 1.0
 
     def lr_at(self, updates: int) -> float:
-        return learning_rate(self.p, updates * self.global_batch)
+        return self.cfg.optim.learning_rate(updates * self.global_batch)
 
     # one iteration --------------------------------------------------------------------------------------------
     def step(self) -> None:
@@ -168,14 +167,14 @@ class GPTBench:
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.updates)
         loss_ctx = nullcontext()
-        if self.lay.loss_parallel:
+        if self.plan.loss_parallel:
             from torch.distributed.tensor.parallel import loss_parallel
 
             loss_ctx = loss_parallel()
-        with self.autocast(), loss_ctx, attention_kernels(self.p["attention"]):
+        with self.autocast(), loss_ctx, attention_kernels(self.cfg.compute.attention):
             loss = self._pipeline_step(x, y) if self.schedule is not None else self._accumulate(x, y)
-        if self.lay.dp_mode == "allreduce":
-            parallel.all_reduce_gradients(self.params, self.lay.group("dp"))
+        if self.plan.dp_mode == "allreduce":
+            parallel.all_reduce_gradients(self.params, self.dims.group("dp"))
         parallel.sync_tied_gradient(self.tied, self.tied_group)
         self.losses.append(self._update(loss))
         self.iteration += 1
@@ -197,21 +196,21 @@ class GPTBench:
 
     def _grad_sync(self, last: bool):
         """Reduce gradients over replicas only after the last micro-batch."""
-        if self.lay.dp_mode == "ddp" and not last:
+        if self.plan.dp_mode == "ddp" and not last:
             return self.model.no_sync()
-        if self.lay.dp_mode == "fsdp2" and self.accumulation > 1:
+        if self.plan.dp_mode == "fsdp2" and self.accumulation > 1:
             self.model.set_requires_gradient_sync(last)
             self.model.set_reshard_after_backward(last)  # keep parameters gathered between micro-batches
         return nullcontext()
 
     def _pipeline_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         losses: list[torch.Tensor] = []
-        target = y if self.lay.last else None
-        if self.lay.first:
+        target = y if self.dims.last_stage else None
+        if self.dims.first_stage:
             self.schedule.step(x, target=target, losses=losses)
         else:
             self.schedule.step(target=target, losses=losses)
-        if not self.lay.last:
+        if not self.dims.last_stage:
             return torch.zeros((), device=self.device)
         return torch.stack([_local(v.detach()).float() for v in losses]).sum() / self._scale()
 
@@ -223,11 +222,11 @@ class GPTBench:
             grads = [_local(q.grad) for q in params if q.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, 1.0 / self.scaler.scale)
-        exclude = self.tied if self.lay.last and self.lay.pp > 1 else None
-        square = parallel.grad_square_share(params, self.lay, exclude).to(self.device)
+        exclude = self.tied if self.dims.last_stage and self.dims.pp_enabled else None
+        square = parallel.grad_square_share(params, self.dims, exclude).to(self.device)
         loss = loss.detach().float().to(self.device)
         if self.distributed:
-            mine = loss / self.dims.dp if self.dims.counts_units(dist.get_rank()) else torch.zeros_like(loss)
+            mine = loss / self.dims.dp if self.dims.counts_units() else torch.zeros_like(loss)
             both = torch.stack((square, mine))
             dist.all_reduce(both)
             square, loss = both[0], both[1]
@@ -238,8 +237,9 @@ class GPTBench:
             if overflow:
                 self.optimizer.zero_grad(set_to_none=True)
                 return loss
-        if self.p["clip_grad"] > 0:
-            coef = (self.p["clip_grad"] / (norm + 1e-6)).clamp(max=1.0)
+        clip = self.cfg.optim.clip_grad
+        if clip > 0:
+            coef = (clip / (norm + 1e-6)).clamp(max=1.0)
             grads = [_local(q.grad) for q in params if q.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, coef.to(grads[0].device))
@@ -249,39 +249,57 @@ class GPTBench:
         return loss
 
     def _mark_end(self) -> None:
+        self._ends.append(self._clock())
+
+    def _clock(self):
+        """A reading of the device's clock: a recorded CUDA event, or the host's clock."""
         if self.device.type == "cuda":
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            self._ends.append(event)
-        else:
-            self._ends.append(time.perf_counter())
+            return event
+        return time.perf_counter()
+
+    def begin_measure(self) -> None:
+        """Called by the harness right before the measured window: the steps from here on are the measured ones."""
+        self._measured_from = len(self._ends)
+        self._window_start = self._clock()
 
     # the record -------------------------------------------------------------------------------------------------
     def iteration_times(self) -> list[float]:
-        """Seconds per iteration of the measured steps (those after warmup_steps), device time on GPUs."""
-        ends, first = self._ends, max(1, self.p["warmup_steps"])
+        """Seconds per iteration of the measured steps, device time on GPUs. Without a measured window (a loop
+        that drives step() itself) every step but the first, which has no start mark."""
+        if self._measured_from is None:
+            marks = self._ends
+        else:
+            marks = [self._window_start, *self._ends[self._measured_from:]]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            return [ends[i - 1].elapsed_time(ends[i]) / 1e3 for i in range(first, len(ends))]
-        return [ends[i] - ends[i - 1] for i in range(first, len(ends))]
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        return [b - a for a, b in zip(marks, marks[1:])]
 
     def loss_values(self) -> list[float]:
+        """The global-batch mean loss of every step so far."""
         return torch.stack(self.losses).cpu().tolist() if self.losses else []
 
+    def measured_losses(self) -> list[float]:
+        """The losses of the measured steps (all of them when none was measured)."""
+        values = self.loss_values()
+        return values[self._measured_from or 0:] or values
+
     def details(self) -> dict:
-        p, dims = self.p, self.dims
+        model, dims = self.cfg.model, self.dims
         times = self.iteration_times()
         t_iter = statistics.median(times) if times else None
-        losses = self.loss_values()[max(0, p["warmup_steps"]):] or self.loss_values()
+        losses = self.measured_losses()
         loss = None
         if losses:
             finite = all(math.isfinite(v) for v in losses)
             loss = {"first": losses[0], "last": losses[-1], "finite": finite,
                     "falling": finite and len(losses) > 1 and losses[-1] < losses[0], "steps": len(losses)}
         vocab = self.sizes["padded_vocab_size"]
-        caraml_flops = sizes.caraml_flops_per_iteration(self.global_batch, p["seq_length"], p["num_layers"],
-                                                        p["hidden_size"], vocab, p["recompute"] != "none",
-                                                        p["activation"])
+        caraml_flops = sizes.caraml_flops_per_iteration(self.global_batch, model.seq_length, model.num_layers,
+                                                        model.hidden_size, vocab, self.cfg.compute.recompute != "none",
+                                                        model.activation)
         return {
             "time_per_iteration_s": t_iter,
             "dp": dims.dp,
@@ -293,9 +311,8 @@ class GPTBench:
             "parameters": self.sizes["parameters"],
             "padded_vocab_size": vocab,
             "loss_scale": self.scaler.state() if self.scaler is not None else None,
-            "parallel_setup": {"dp_mode": self.lay.dp_mode, "sequence_parallel": self.lay.sequence_parallel,
-                               "loss_parallel": self.lay.loss_parallel, "pipeline_schedule":
-                                   "1F1B" if self.schedule is not None else None,
+            "parallel_setup": {**self.plan.as_dict(),
+                               "pipeline_schedule": "1F1B" if self.schedule is not None else None,
                                "micro_batches": self.accumulation},
             "compile_scope": self.compile_scope,
         }
@@ -309,17 +326,9 @@ def train_losses(overrides: dict[str, Any], steps: int, preset: str | None = "sm
     """Train `steps` iterations in this process and return each iteration's global-batch mean loss: the same on
     every rank. With WORLD_SIZE > 1 (torchrun) the process group must be up; the layout comes from tp and pp.
     For comparing layouts: the same model, seed and global batch give the same losses in every layout."""
-    from caraml import distributed
-    from caraml.settings import RUN_PARAMS
-    from caraml.params import resolve
-    from caraml.workloads.llm_training import PRESETS, WORKLOAD
+    from caraml.runner import RunSpec, build_bench
 
-    p = resolve(WORKLOAD.params + RUN_PARAMS, overrides, WORKLOAD.name, PRESETS.get(preset) if preset else None)
-    launch = distributed.launch_env()
-    if launch.world_size > 1:
-        launch.backend = dist.get_backend()
-    ctx = RunContext(device=torch.device(device), seed=p["seed"], dist=launch, dims=WORKLOAD.dims(p, launch.world_size))
-    bench = GPTBench(p, ctx)
+    bench = build_bench(RunSpec("llm_training", dict(overrides), preset), device=device)
     try:
         for _ in range(steps):
             bench.step()

@@ -1,0 +1,165 @@
+"""The GPT workload's typed configuration, torch-free: what the `Param` list of `__init__` resolves into.
+
+One frozen `TrainingConfig`, in sections as torchtitan's job config has them: the model's shape, the batch,
+the parallel layout asked for, how the step computes (precision, compilation, recompute, attention kernel),
+the optimizer and its schedule, the data. `TrainingConfig.from_params` is the one reader of the flat parameter
+values; everything else (layout checks, the bench, data, sizes) reads typed fields. The model's own `GPTConfig`
+(model.py: padded vocabulary, MLP width resolved) is derived from the `model` section and the tensor-parallel
+size, since padding depends on the layout.
+
+The run's own settings (warm-up and measured steps, seed, device) are not here: they belong to the harness
+(`caraml.settings.MeasureSettings`); the seed reaches the bench as `RunContext.seed`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from caraml.params import typed_fields
+from caraml.workloads.llm_training.sizes import padded_vocab
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    model_size: str
+    """label of the shape (CARAML's 800M, 13B, 175B; 117M GPT-2; smoke; custom)"""
+    num_layers: int
+    """transformer blocks"""
+    hidden_size: int
+    """model width"""
+    num_attention_heads: int
+    """attention heads (hidden_size / heads is the head size)"""
+    ffn_hidden_size: int
+    """MLP width as given; 0 means 4 x hidden_size (see `ffn`)"""
+    seq_length: int
+    """tokens per sample"""
+    max_position_embeddings: int
+    """positions the model knows (>= seq_length)"""
+    vocab_size: int
+    """vocabulary before padding (see `padded_vocab`)"""
+    position: str
+    """rope (rotary) or learned absolute position embeddings"""
+    activation: str
+    """MLP activation: gelu, or swiglu (gated)"""
+    init_std: float
+    """standard deviation of the initial weights"""
+
+    @property
+    def ffn(self) -> int:
+        """The MLP width in use."""
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        return padded_vocab(self.vocab_size, tp)
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    micro_batch_size: int
+    """samples per forward/backward on one replica"""
+    grad_accumulation: int
+    """micro-batches per iteration on each replica (the pipeline's micro-batches)"""
+    global_batch_size: int
+    """samples per iteration over all replicas as given; 0: derived (see `global_batch`)"""
+
+    @property
+    def replica_rows(self) -> int:
+        """Samples one data-parallel replica trains per iteration."""
+        return self.micro_batch_size * self.grad_accumulation
+
+    def global_batch(self, dp: int) -> int:
+        """Samples per iteration over `dp` replicas."""
+        return dp * self.replica_rows
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    tp: int
+    """tensor-parallel size"""
+    pp: int
+    """pipeline-parallel size (1F1B over the micro-batches)"""
+    sequence_parallel: bool
+    """norms and residuals on sequence shards (takes effect with tp > 1)"""
+    loss_parallel: bool
+    """cross-entropy on vocabulary-sharded logits (takes effect with tp > 1)"""
+    distributed_optimizer: bool
+    """FSDP2 over the data-parallel replicas; off: DDP (or a plain all-reduce where DDP cannot take DTensors)"""
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    precision: str
+    """fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master weights"""
+    compile: str
+    """none, or inductor (torch.compile)"""
+    compile_scope: str
+    """model (forward and loss as one graph, where tp = pp = 1) or block (each transformer block)"""
+    recompute: str
+    """activation recompute: none, selective (the attention core), full (each block)"""
+    attention: str
+    """SDPA kernel preferred: auto, cudnn, flash, efficient, math"""
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile != "none"
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    lr: float
+    """peak learning rate (AdamW)"""
+    min_lr: float
+    """learning rate at the end of the cosine decay"""
+    lr_warmup_samples: int
+    """linear warm-up from 0, in samples"""
+    lr_decay_samples: int
+    """cosine decay to min_lr, in samples (then min_lr)"""
+    weight_decay: float
+    """AdamW weight decay (not on biases and norms)"""
+    clip_grad: float
+    """clip gradients to this global norm (0: off)"""
+
+    def learning_rate(self, samples: int) -> float:
+        """Megatron's schedule in samples consumed: linear warm-up from 0, cosine decay to min_lr, then min_lr."""
+        warm, decay = self.lr_warmup_samples, self.lr_decay_samples
+        if warm > 0 and samples <= warm:
+            return self.lr * samples / warm
+        if samples > decay:
+            return self.min_lr
+        ratio = (samples - warm) / max(1, decay - warm)
+        return self.min_lr + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (self.lr - self.min_lr)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str
+    """synthetic (random tokens made on the device) or oscar (a Megatron .bin/.idx); the parameter `data`"""
+    path: str
+    """data=oscar: prefix of the .bin/.idx, relative to CARAML_DATA unless absolute; "" for CARAML's default;
+    the parameter `data_path`"""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Every setting of one GPT pre-training point, by section."""
+
+    model: ModelShape
+    batch: BatchConfig
+    parallel: ParallelConfig
+    compute: ComputeConfig
+    optim: OptimizerConfig
+    data: DataConfig
+
+    @classmethod
+    def from_params(cls, values: dict[str, Any]) -> "TrainingConfig":
+        """The typed config of resolved parameter values (the only reader of the flat values)."""
+        return cls(model=typed_fields(ModelShape, values), batch=typed_fields(BatchConfig, values),
+                   parallel=typed_fields(ParallelConfig, values), compute=typed_fields(ComputeConfig, values),
+                   optim=typed_fields(OptimizerConfig, values),
+                   data=DataConfig(source=values["data"], path=values["data_path"]))
