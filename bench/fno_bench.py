@@ -67,7 +67,7 @@ POINTS = {
     "RBC2D_plain_compiled_pointwise": _p("RBC2D", compile="default", scope="pointwise"),
     "RBC2D_plain_eager_fp16": _p("RBC2D", amp="fp16"),
     "RBC2D_plain_compiled_fp16": _p("RBC2D", compile="default", amp="fp16"),
-    "RBC2D_caraml_compiled_fp16": _c("RBC2D", "compile=inductor", "amp=fp16"),
+    "RBC2D_caraml_compiled_fp16": _c("RBC2D", "compile=inductor", "precision=fp16"),
     "RBC2D_caraml_reduce_overhead": _c("RBC2D", "compile=inductor", "compile_mode=reduce-overhead"),
     "RBC2D_plain_compiled_step": _p("RBC2D", compile="default", scope="step"),
     "RBC3D_plain_reduce_overhead": _p("RBC3D", compile="reduce-overhead"),

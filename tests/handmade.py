@@ -93,6 +93,7 @@ def llm(system, model_size, devices, tp, pp, gbs, tokens_per_s, **kw):
 
 
 def fno(system, problem, devices, batch_size, amp, compile_mode, timesteps_per_s, mode="train", train=None, **kw):
+    """An FNO record as written before `amp` became `precision` (tables read it through Param.aliases)."""
     params = {"problem": problem, "batch_size": batch_size, "amp": amp, "compile": "inductor",
               "compile_mode": compile_mode, "mode": mode, "complex_mixed_precision": False}
     extra = {"global_batch_size": batch_size * devices, "dp": devices, "model_params_m": 0.6, "model_size_mb": 2.4,

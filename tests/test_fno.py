@@ -1,5 +1,6 @@
 """fno: smoke runs of every problem through the CLI, the spectral transforms against direct DFTs, the FLOP
-convention, HDF5 data files, DDP on two CPU processes, and the suite against CARAML's table.
+convention, HDF5 data files, DDP on two CPU processes, the suite against CARAML's table, the typed config,
+the precision parameter (formerly amp) and CARAML's epochs as a stoppable phase after the steady-state window.
 
 The CLI runs are mostly interpreter and torch start-up, so the module starts them all at once (four at a
 time) in one fixture and the tests read their results.
@@ -9,14 +10,18 @@ from __future__ import annotations
 
 import json
 import math
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import torch
 
-from conftest import ROOT, caraml, cli_env
+import handmade
+from conftest import ROOT, caraml, cli_env, records_in
 
 PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")
 # CARAML's FNO table (CARAML-FACTS.md): in/out channels, width, modes, layers, batch size
@@ -95,6 +100,7 @@ def test_smoke_run_of_every_problem(runs, problem, mode):
     m = record["metrics"]
     assert record["status"] == "ok", record["error"]
     assert record["params"]["problem"] == problem and record["params"]["mode"] == mode
+    assert record["params"]["precision"] == "fp32" and "amp" not in record["params"]
     assert m["throughput"]["unit"] == "timesteps/s" and m["throughput"]["value"] > 0
     assert m["throughput"]["value"] == pytest.approx(4 * m["measured_steps"] / m["measured_time_s"], rel=1e-6)
     assert m["flops_per_unit"] > 0 and m["tflops_per_device"] > 0
@@ -106,6 +112,7 @@ def test_smoke_run_of_every_problem(runs, problem, mode):
     if mode == "train":
         epochs = m["epochs"]
         assert epochs["epochs"] == 2 and epochs["counted_epochs"] == 1 and epochs["first_epoch_left_out"]
+        assert not epochs["stopped"]
         assert m["train_throughput"]["value"] > 0 and m["caraml_timesteps_per_s"] > 0
         assert m["caraml_timesteps_per_s"] == pytest.approx(
             (epochs["train_samples_per_epoch"] + epochs["val_samples_per_epoch"])
@@ -151,10 +158,10 @@ def test_suite_matches_caraml_table(runs):
         assert (q["width"], q["modes"], q["layers"], q["batch_size"]) == (width, modes, layers, batch)
         assert (q["mode"], q["epochs"], q["compile"], q["compile_mode"]) == ("train", 5, "inductor", "default")
         assert p["devices_per_node"] == 1 and q["data"] == "synthetic"
-    assert sorted((p["params"]["problem"], p["params"]["amp"]) for p in train) == sorted(
-        (problem, amp) for problem in PROBLEMS for amp in ("off", "fp16"))
+    assert sorted((p["params"]["problem"], p["params"]["precision"]) for p in train) == sorted(
+        (problem, precision) for problem in PROBLEMS for precision in ("fp32", "fp16"))
     evals = json.loads(runs["sweep-eval"].stdout)
-    assert len(evals) == 20 and {p["params"]["amp"] for p in evals} == {"off"}
+    assert len(evals) == 20 and {p["params"]["precision"] for p in evals} == {"fp32"}
     for problem in PROBLEMS:
         modes = {(p["params"]["compile"], p["params"]["compile_mode"]) for p in evals
                  if p["params"]["problem"] == problem}
@@ -165,21 +172,177 @@ def test_suite_matches_caraml_table(runs):
     assert {p["devices_per_node"] for p in ddp} == {4} and {p["params"]["grid"] for p in ddp} == {"64x64x32"}
 
 
+def _config(**given):
+    from caraml.params import resolve
+    from caraml.workloads.fno import PARAMS
+    from caraml.workloads.fno.config import FNOConfig
+
+    return FNOConfig.from_params(resolve(PARAMS, given, "fno"))
+
+
 def test_presets_and_settings_follow_caraml_table():
-    from caraml.workloads.fno import PRESETS, settings
+    from caraml.workloads.fno import PRESETS
     from caraml.workloads.fno.problems import PROBLEMS as TABLE
 
     for problem, ((cin, cout), width, modes, layers, batch) in CARAML_TABLE.items():
-        auto = settings({"problem": problem, "modes": "auto", "grid": "auto", "particles": 0, "width": 0,
-                         "layers": 0, "batch_size": 0, "lr": 0.0})
+        auto = _config(problem=problem)  # every 0/auto: the problem's value
         preset = PRESETS[problem]
-        assert (auto["width"], "x".join(map(str, auto["modes"])), auto["layers"], auto["batch_size"]) == (
+        assert (auto.width, "x".join(map(str, auto.modes)), auto.layers, auto.batch_size) == (
             width, modes, layers, batch)
+        assert auto.problem is TABLE[problem] and auto.lr == TABLE[problem].lr
         assert (preset["width"], preset["modes"], preset["layers"], preset["batch_size"]) == (width, modes, layers,
                                                                                               batch)
         pb = TABLE[problem]
         assert (pb.in_channels, pb.out_channels) == (cin, cout)
         assert list(pb.input_shape) == CARAML_INPUT_SHAPES[problem]
+
+
+def test_precision_is_the_parameter_and_amp_its_former_name():
+    from caraml.errors import BadInput
+    from caraml.runner import RunSpec, resolve
+
+    def resolved(**given):
+        return resolve(RunSpec("fno", given, preset="smoke-RBC2D"))
+
+    assert resolved().config.precision == "fp32"
+    for given, precision in (({"amp": "off"}, "fp32"), ({"amp": "fp16"}, "fp16"), ({"precision": "bf16"}, "bf16")):
+        run = resolved(**given)
+        assert run.config.precision == precision and run.values["precision"] == precision and "amp" not in run.values
+    with pytest.raises(BadInput, match="precision=tf32 is not valid; choose one of: fp32, fp16, bf16"):
+        resolved(precision="tf32")
+    with pytest.raises(BadInput, match="modes=12 has 1 sizes; RBC2D is 2D, e.g. modes=12x12"):
+        resolved(modes="12")  # refused while the config is made, before any device is touched
+    with pytest.raises(BadInput, match="RBC2D with modes=12x12: modes 12 in grid dim 0 need at least 24 points"):
+        resolved(modes="12x12", grid="16x16")
+
+
+def test_precision_column_shows_older_records_amp():
+    """Records written before the rename carry amp=off|fp16|bf16; the column reads them through Param.aliases and
+    value_aliases, as today's precision."""
+    from caraml.results.aggregate import group
+    from caraml.results.columns import columns_for, find
+
+    old_off = handmade.fno("H100", "RBC2D", 1, 20, "off", "default", 100.0)  # handmade records carry amp
+    old_fp16 = handmade.fno("H100", "RBC3D", 1, 20, "fp16", "default", 100.0)
+    new = handmade.record("fno", "H100", {"problem": "PIC1D", "precision": "bf16"}, 100.0)
+    column = find(columns_for("fno"), "precision")
+    assert column.header == "MixedPrecision" and column.param == "precision"
+    assert [column.get(p) for p in group([old_off, old_fp16, new])] == ["fp32", "fp16", "bf16"]
+
+
+def _smoke_bench(**params):
+    from caraml.runner import RunSpec, build_bench
+
+    return build_bench(RunSpec("fno", params, preset="smoke-RBC2D"), device="cpu")
+
+
+def _stop_after(calls: int):
+    asked = []
+
+    def should_stop():
+        asked.append(1)
+        return len(asked) > calls
+
+    return should_stop, asked
+
+
+def test_epochs_are_the_extra_phase_and_stop_at_a_step():
+    bench = _smoke_bench(epochs=3)
+    assert bench.extra_phase == "caraml-epochs" and bench.epochs is None  # nothing of them ran in build
+    steps_per_epoch = len(bench.train_batches) + 1  # 4 training batches, 1 validation batch
+    should_stop, asked = _stop_after(10**9)
+    bench.run_extra(should_stop)
+    assert len(asked) == 3 * steps_per_epoch  # once per step
+    assert bench.epochs["epochs"] == 3 and not bench.epochs["stopped"] and bench.epochs["caraml_timesteps_per_s"] > 0
+    should_stop, asked = _stop_after(steps_per_epoch + 2)  # in the second epoch's training
+    bench.run_extra(should_stop)
+    assert len(asked) == steps_per_epoch + 3  # it stopped at the step that was told to
+    e = bench.epochs
+    assert e["stopped"] and e["epochs"] == 1 and e["counted_epochs"] == 1 and not e["first_epoch_left_out"]
+    assert e["caraml_timesteps_per_s"] > 0 and math.isfinite(e["last_train_loss"])
+    bench.close()
+
+
+def test_compile_report_asks_to_stop_at_every_iteration():
+    bench = _smoke_bench(mode="eval", compile_report="on")
+    assert bench.extra_phase == "caraml-compile-report"
+    should_stop, asked = _stop_after(5)  # eager's 5 iterations, then stop before the first compiled one
+    bench.run_extra(should_stop)
+    report = bench.compile_report
+    assert len(asked) == 6 and report["stopped"] and [r["mode"] for r in report["rows"]] == ["eager"]
+    assert len(report["rows"][0]["times_s"]) == 5 and report["precision"] == "fp32"
+    bench.close()
+
+
+class _Stderr:
+    """A run's stderr, read on a thread, so that a test waits for a line (an event) with a deadline."""
+
+    def __init__(self, proc):
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(proc.stderr,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.seen.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                return False
+            if line is None:  # the run ended
+                return False
+            if text in line:
+                return True
+        return False
+
+    def text(self) -> str:
+        return "".join(self.seen)[-3000:]
+
+
+def _interrupted_in_the_epochs(cmd, results) -> dict:
+    """Start `cmd`, SIGTERM it once CARAML's epochs have begun; its record must come within a minute (generous:
+    the stop is checked at every step of a few milliseconds)."""
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(OMP_NUM_THREADS=1), cwd=ROOT)
+    stderr = _Stderr(proc)
+    try:
+        assert stderr.wait_for("caraml: caraml-epochs", timeout=300), stderr.text()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, stderr.text()
+    [record] = [r for r in records_in(results) if "-rank" not in r["run_id"]]  # rank 0's
+    assert record["status"] == "interrupted", record["error"]
+    assert record["error"].startswith("stopped by SIGTERM during caraml-epochs"), record["error"]
+    m = record["metrics"]  # the steady-state figures, measured before the epochs, are kept
+    assert m["measured_steps"] == 5 and m["throughput"]["value"] > 0 and m["warmup"]["steps"] == 2
+    return record
+
+
+def test_sigterm_during_the_epochs_leaves_an_interrupted_record(tmp_path):
+    results = tmp_path / "results"
+    record = _interrupted_in_the_epochs(
+        _cli("run", "fno", "--preset", "smoke-RBC2D", "epochs=100000", "power=off", "--results", results, "--json"),
+        results)
+    assert record["params"]["epochs"] == 100000
+
+
+def test_sigterm_to_torchrun_during_the_epochs_leaves_an_interrupted_record(tmp_path):
+    results = tmp_path / "results"
+    record = _interrupted_in_the_epochs(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29614", "-m",
+         "caraml", "run", "fno", "--preset", "smoke-PIC1D", "epochs=100000", "power=off", "--results", results,
+         "--json"], results)
+    assert record["launch"]["world_size"] == 2 and record["metrics"]["units"] == 2 * 4 * 5  # both ranks' steps
 
 
 # the transforms against direct sums ---------------------------------------------------------------------
@@ -331,9 +494,8 @@ def test_flop_count_convention():
     from caraml.workloads.fno.model import FNO, PROJECTION
 
     b, cin, cout, width, modes, grid = 2, 4, 4, 8, (4, 4), (16, 8)
-    with torch.device("meta"):
-        model = FNO(cin, cout, width, modes, 1)
-        x = torch.empty(b, cin, *grid)
+    model = lambda: FNO(cin, cout, width, modes, 1)  # made on the meta device by the kit
+    x = lambda: torch.empty(b, cin, *grid)
     counted = flops.count(model, x, train=False)
     points = math.prod(grid)
     pointwise = 2 * b * points * (cin * width + width * width + width * PROJECTION + PROJECTION * cout)

@@ -158,7 +158,7 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
     assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "all", "--system", "MILA")
     assert {p["params"]["problem"]: p["params"]["batch_size"] for p in got} == {"PIC1D": 20, "PIC2D": 8,
                                                                                  "RBC2D": 20, "RBC3D": 20}
-    assert len(got) == 8 and {p["params"]["amp"] for p in got} == {"off", "fp16"}
+    assert len(got) == 8 and {p["params"]["precision"] for p in got} == {"fp32", "fp16"}
 
     jube(tree, "run", FNO, "--tag", "MILA", "all", "smoke", "dryrun")
     got = points(tree, FNO_RUN)

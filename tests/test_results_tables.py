@@ -72,7 +72,7 @@ def test_derived_columns(campaign):
     assert llm[4]["time_per_iteration_s"] == pytest.approx(256 * 2048 / 400_000)
     fno = [r for r in rows if r["workload"] == "fno" and r["system"] == "A100"][0]
     assert fno["energy_per_device_wh"] == 1.5 and fno["train_throughput"] == 1950.0
-    assert fno["peak_memory_gib"] == pytest.approx(3.0) and fno["mixed_precision"] == "fp16"
+    assert fno["peak_memory_gib"] == pytest.approx(3.0) and fno["precision"] == "fp16"
     assert fno["input_shape"] == "[20,4,256,64]" and fno["caraml_timesteps_per_s"] == pytest.approx(2145.0)
     h100 = [r for r in rows if r["workload"] == "image_classification" and r["system"] == "H100"
             and r["devices"] == 1 and r["batch_size"] == 64 and r["precision"] == "bf16"][0]

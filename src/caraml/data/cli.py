@@ -1,13 +1,14 @@
 """`caraml data ...`: each module in SUBCOMMANDS adds one subcommand with its `add_parser(group)`.
 
-Modules are imported when the parser is built, so they keep their heavy imports inside their functions.
+Modules are imported when the parser is built, so they keep their heavy imports inside their functions. A
+workload's own data command lives in its package (caraml.workloads.fno.cli).
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
-SUBCOMMANDS = ("caraml.data.prepare", "caraml.data.info", "caraml.data.fno_cli")
+SUBCOMMANDS = ("caraml.data.prepare", "caraml.data.info", "caraml.workloads.fno.cli")
 
 
 def add_parser(sub) -> None:

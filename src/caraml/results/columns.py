@@ -24,6 +24,7 @@ class Column:
     config: bool = False  # part of the configuration (rows sort by these; comparisons match on them)
     default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
     param: str | None = None  # the workload parameter this column shows, if it shows one
+    aliases: tuple[str, ...] = ()  # that parameter's former names, which older records carry (Param.aliases)
 
 
 def _m(record: dict) -> dict:
@@ -38,9 +39,24 @@ def config(key, header, get_record, style="text", default=True) -> Column:
     return Column(key, header, lambda p: get_record(p.rep), style, config=True, default=default)
 
 
-def param(key, header, name=None, style="text", default=True) -> Column:
+def param(key, header, name=None, style="text", default=True, declared=None) -> Column:
+    """A parameter's column. `declared`: the workload's Param of that name, whose former names and values
+    (Param.aliases, value_aliases) are read from records written before the rename."""
     name = name or key
-    return replace(config(key, header, lambda r: (r.get("params") or {}).get(name), style, default), param=name)
+    return replace(config(key, header, lambda r: _param_value(r, name, declared), style, default), param=name,
+                   aliases=tuple(getattr(declared, "aliases", ())))
+
+
+def _param_value(record: dict, name: str, declared=None):
+    params = record.get("params") or {}
+    if declared is None or name in params:
+        value = params.get(name)
+    else:
+        value = next((params[old] for old in declared.aliases if old in params), None)
+    for old, new in getattr(declared, "value_aliases", ()):  # as Param.parse reads them: compared as text
+        if value is not None and str(value).lower() == str(old).lower():
+            return new
+    return value
 
 
 def metric(key, header, get_record, style="num", default=True) -> Column:
@@ -198,13 +214,14 @@ SHARED = {
 }
 
 
-def _declared(col) -> Column:
-    """A workload's own column (caraml.workloads.Col) as a table column."""
+def _declared(col, params=()) -> Column:
+    """A workload's own column (caraml.workloads.Col) as a table column; `params`: the workload's Params."""
     kind, _, name = col.source.partition(":")
     if kind == "shared":  # a shared column under the workload's own key, header and visibility
         return replace(SHARED[name], key=col.key, header=col.header, default=col.default)
     if kind == "param":
-        return param(col.key, col.header, name, col.style, col.default)
+        declared = next((p for p in params if p.name == name), None)
+        return param(col.key, col.header, name, col.style, col.default, declared)
     if kind == "label":  # a text metric (e.g. a shape): the representative run's value, not a median
         return config(col.key, col.header, lambda r, key=name: _m(r).get(key), "text", col.default)
     key, _, sub = name.partition(".")
@@ -227,9 +244,9 @@ def columns_for(workload: str, unit: str | None = None) -> list[Column]:
 
     try:
         wl = workloads.get(workload)
-        declared, unit = wl.columns, wl.unit
+        declared, unit, params = wl.columns, wl.unit, wl.params
     except BadInput:
-        declared = ()
+        declared, params = (), ()
     name = (unit or "units").capitalize()
     if not declared:
         declared = ("system", "nodes", "devices", "global_batch_size", "throughput", "energy_wh", "ours")
@@ -242,7 +259,7 @@ def columns_for(workload: str, unit: str | None = None) -> list[Column]:
         elif isinstance(item, str):
             out.append(SHARED[item])
         else:
-            out.append(_declared(item))
+            out.append(_declared(item, params))
     return out
 
 

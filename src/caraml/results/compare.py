@@ -153,7 +153,8 @@ def _config_cells(cmp: Comparison, cfg: dict, cell: dict) -> list:
 
 def _extra_keys(cmp: Comparison) -> list[str]:
     """Parameters that tell configurations apart but have no column of their own."""
-    covered = {c.param or c.key for c in cmp.columns} | {cmp.by, *SCALING_KEYS}
+    covered = {c.param or c.key for c in cmp.columns} | {a for c in cmp.columns for a in c.aliases} | {
+        cmp.by, *SCALING_KEYS}
     cfgs = [cfg for cfg, _ in cmp.rows] + [cfg for cfg, _, _ in cmp.apart]
     keys = sorted({k for cfg in cfgs for k in cfg} - covered)
     return [k for k in keys if len({json.dumps(cfg.get(k), default=str) for cfg in cfgs}) > 1]

@@ -7,10 +7,16 @@ Two throughput conventions, both in the record:
 - `throughput` (ours, the harness's): steady-state samples/s over the measured window of `step()`s.
 - `caraml_timesteps_per_s` and `train_throughput` (CARAML's Timesteps/s and TrainTimesteps/s): an epoch
   runner over the train/validation split, n_epochs x (train + validation samples) / the summed
-  train + validation time, the first epoch (compilation) left out; TrainTimesteps/s over training only.
+  train + validation time, the first epoch left out (in CARAML it holds the compilation; here the harness's
+  warm-up has compiled before); TrainTimesteps/s over training only.
 
-Declaring the workload imports no torch; the model (model.py), the data files (files.py), the FLOP
-count (flops.py) and the benchmark (bench.py) are loaded by `build`.
+CARAML's epochs run after the steady-state window, as the harness's extra phase `caraml-epochs` (a power
+phase of its own, stoppable at every step); until this version they ran while the benchmark was built, before
+the window. The figures keep their meaning.
+
+Declaring the workload imports no torch: the parameters (here), their typed config (config.py), the problems
+(problems.py) and `caraml data fno-synthetic` (cli.py). The model (model.py), the data files (files.py), the
+FLOP formulas (flops.py) and the benchmark (bench.py) are loaded by `build`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Any
 from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
-from caraml.workloads.fno.problems import NAMES, PROBLEMS, modes_misfit, parse_shape, shape_text
+from caraml.workloads.fno.config import FNOConfig
+from caraml.workloads.fno.problems import NAMES, PROBLEMS, parse_shape, shape_text
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -55,9 +62,10 @@ PARAMS = [
     Param("samples", int, 0, "data=synthetic: samples made per device (0: 5 batches, 4 train + 1 validation); "
           "data=file: the first this many samples of the file (0: all)", minimum=0),
     Param("epochs", int, 5, "mode=train: epochs of CARAML's epoch runner (Timesteps/s, first epoch left out), run "
-          "before the steady-state measurement; 0: none", minimum=0),
-    Param("amp", str, "off", "automatic mixed precision: off, fp16 (autocast + GradScaler, CARAML's use_amp), bf16",
-          choices=("off", "fp16", "bf16"), headline=True),
+          "after the steady-state measurement; 0: none", minimum=0),
+    Param("precision", str, "fp32", "fp32 (matmuls as matmul_precision says), fp16 (autocast + GradScaler, CARAML's "
+          "use_amp), bf16 (autocast); formerly amp=off|fp16|bf16", choices=("fp32", "fp16", "bf16"), headline=True,
+          aliases=("amp",), value_aliases=(("off", "fp32"),)),
     Param("complex_mixed_precision", bool, False, "FFTs and spectral products in fp16 (CARAML's "
           "ComplexMixedPrecision; CUDA, power-of-two FFT sizes)"),
     Param("complex_weights", bool, False, "keep spectral weights as torch.cfloat with complex einsums (the classic "
@@ -70,7 +78,7 @@ PARAMS = [
     Param("compile_scope", str, "model", "model (the whole operator, FFTs included), pointwise (FFTs and spectral "
           "products left eager), step (the whole train step with Adam)", choices=("model", "pointwise", "step")),
     Param("compile_report", bool, False, "CARAML's fno_compile.py table in the record: inference time of eager and "
-          "each compile mode (5 iterations, mean of 2-4) and the speedup"),
+          "each compile mode (5 iterations, mean of 2-4) and the speedup, after the steady-state measurement"),
     Param("matmul_precision", str, "high", "torch.set_float32_matmul_precision (CARAML: high, i.e. TF32 on GPUs)",
           choices=("highest", "high", "medium")),
     Param("lr", float, 0.0, "Adam learning rate; 0: the problem's (PIC 1e-3, RBC 1e-4)", minimum=0.0),
@@ -98,67 +106,37 @@ PRESETS = {
 }
 
 
-def settings(p: dict[str, Any]) -> dict[str, Any]:
-    """The effective model and data settings: each 0/auto replaced by the problem's (CARAML's) value."""
-    pb = PROBLEMS[p["problem"]]
-    try:
-        modes = pb.modes if p["modes"] == "auto" else parse_shape(p["modes"], "modes")
-        grid = pb.grid if p["grid"] == "auto" else parse_shape(p["grid"], "grid")
-    except ValueError as exc:
-        raise BadInput(f"fno: {exc}") from None
-    if len(modes) != pb.dims:
-        raise BadInput(f"fno: modes={p['modes']} has {len(modes)} sizes; {pb.name} is {pb.dims}D, e.g. modes="
-                       + shape_text(pb.modes))
-    if pb.kind == "grid" and len(grid) != pb.dims:
-        raise BadInput(f"fno: grid={p['grid']} has {len(grid)} sizes; {pb.name} is {pb.dims}D, e.g. grid="
-                       + shape_text(pb.grid))
-    if pb.kind != "grid" and p["grid"] != "auto":
-        raise BadInput(f"fno: {pb.name} has particles, not a grid; set particles= instead of grid=")
-    particles = (p["particles"] or pb.particles) if pb.kind != "grid" else 0
-    if p.get("data", "synthetic") == "synthetic":  # a file's grid is checked when the file is read
-        misfit = modes_misfit(pb.kind, modes, grid if pb.kind == "grid" else (particles,))
-        if misfit:
-            raise BadInput(f"fno: {pb.name} with modes={shape_text(modes)}: {misfit}")
-    return {"problem": pb, "modes": modes, "grid": grid if pb.kind == "grid" else (), "particles": particles,
-            "width": p["width"] or pb.width, "layers": p["layers"] or pb.layers,
-            "batch_size": p["batch_size"] or pb.batch_size, "lr": p["lr"] or pb.lr}
-
-
-def check_launch(p: dict[str, Any], devices: int) -> str | None:
-    try:
-        settings(p)
-    except BadInput as exc:
-        return str(exc).removeprefix("fno: ")
+def check_launch(cfg: FNOConfig, devices: int) -> str | None:
+    """Any number of processes fits: each is a data-parallel replica. Declared so that a sweep makes each point's
+    config while it expands, where FNOConfig.from_params refuses modes or grids that do not fit the problem."""
     return None
 
 
-def check_device(p: dict[str, Any], device) -> None:
-    """Everything that can be refused before the run starts: settings, device features, the data file."""
-    cfg = settings(p)
-    if p["complex_mixed_precision"] and device.type != "cuda":
+def check_device(cfg: FNOConfig, device) -> None:
+    """Everything that can be refused before the run starts: device features, the precision, the data file."""
+    if cfg.complex_mixed_precision and device.type != "cuda":
         raise BadInput("fno: complex_mixed_precision=on needs a CUDA GPU (cuFFT's half-precision FFTs); "
                        f"this run is on {device.type}: use complex_mixed_precision=off")
-    if p["amp"] != "off":
-        from caraml.workloads.image_classification import check_precision
+    from caraml.kit.precision import check_precision
 
-        check_precision(p["amp"], device)
-    if p["data"] == "file":
+    check_precision(cfg.precision, device)
+    if cfg.data == "file":
         import os
 
         from caraml.workloads.fno import files
 
-        files.check(files.resolve_path(p["data_path"], cfg["problem"], os.environ.get("CARAML_DATA")), cfg["problem"])
+        files.check(files.resolve_path(cfg.data_path, cfg.problem, os.environ.get("CARAML_DATA")), cfg.problem)
 
 
-def build(p: dict[str, Any], ctx):
+def build(cfg: FNOConfig, ctx):
     from caraml.workloads.fno.bench import FNOBench
 
-    return FNOBench(p, ctx)
+    return FNOBench(cfg, ctx)
 
 
 WORKLOAD = register(Workload(
-    name="fno", unit="timesteps", params=PARAMS, presets=PRESETS, build=build, check_device=check_device,
-    check_launch=check_launch,
+    name="fno", unit="timesteps", params=PARAMS, presets=PRESETS, config=FNOConfig, build=build,
+    check_device=check_device, check_launch=check_launch,
     description="Fourier Neural Operator training and inference (PIC1D, PIC2D, RBC2D, RBC3D), CARAML's operator "
                 "benchmark",
     columns=("system", Col("problem", "Problem", "param:problem"), "devices",
@@ -166,7 +144,7 @@ WORKLOAD = register(Workload(
              Col("model_params_m", "ModelParam (Million)", "metric:model_params_m"),
              Col("model_size_mb", "ModelSize (MB)", "metric:model_size_mb"), "global_batch_size",
              Col("input_shape", "InputShape", "label:input_shape"), Col("mode", "Mode", "param:mode"),
-             Col("mixed_precision", "MixedPrecision", "param:amp"),
+             Col("precision", "MixedPrecision", "param:precision"),  # older records: amp (Param.aliases)
              Col("complex_mixed_precision", "ComplexMixedPrecision", "param:complex_mixed_precision", "bool"),
              Col("compile", "Compiler", "param:compile"), Col("compile_mode", "CompileMode", "param:compile_mode"),
              "throughput",

@@ -48,19 +48,12 @@ def fft_formulas() -> dict:
     return {aten._fft_r2c: _r2c, aten._fft_c2r: _c2r, aten._fft_c2c: _c2c}  # keyed by overload packet
 
 
-def count(model, example, train: bool, loss=None) -> dict:
-    """FLOPs of one pass over `example` (a batch): {'total', 'fft'}; train: forward + backward of `loss`."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+def count(make_model, make_inputs, train: bool, loss=None) -> dict:
+    """FLOPs of one pass of `make_model()` over `make_inputs()` (a batch), both made on the meta device:
+    {'total', 'fft'}; train: forward + backward of `loss(output)`. The kit counts, with the FFT formulas above."""
+    from caraml.kit.flops import count_flops_by_op
 
     formulas = fft_formulas()
-    with FlopCounterMode(display=False, custom_mapping=formulas) as counter:
-        if train:
-            out = model(example)
-            (loss(out) if loss else out.float().square().mean()).backward()
-        else:
-            with torch.no_grad():
-                model(example)
-    by_op = counter.get_flop_counts().get("Global", {})
-    fft = sum(v for op, v in by_op.items() if op in formulas)
-    return {"total": counter.get_total_flops(), "fft": fft}
+    counted = count_flops_by_op(make_model, make_inputs, train=train,
+                                loss=loss or (lambda out: out.float().square().mean()), custom_mapping=formulas)
+    return {"total": counted["total"], "fft": sum(v for op, v in counted["by_op"].items() if op in formulas)}

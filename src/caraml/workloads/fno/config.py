@@ -1,0 +1,114 @@
+"""FNO's typed config: its parameters resolved once, each 0/auto replaced by the problem's (CARAML's) value and
+checked against the problem. `FNOConfig.from_params` is the one reader of the flat parameter values; the Bench,
+the data files and the checks read its fields. No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from caraml.errors import BadInput
+from caraml.workloads.fno.problems import PROBLEMS, Problem, modes_misfit, parse_shape, shape_text
+
+
+@dataclass(frozen=True)
+class FNOConfig:
+    problem: Problem
+    """CARAML's problem (PIC1D, PIC2D, RBC2D, RBC3D): channels, transform, loss, scheduler, data file"""
+    mode: str
+    """train (forward, backward, Adam) or eval (inference, no gradients)"""
+    batch_size: int
+    """samples (timesteps) per device per step"""
+    width: int
+    """channels of the Fourier layers"""
+    modes: tuple[int, ...]
+    """Fourier modes kept per spatial dimension"""
+    layers: int
+    """Fourier layers"""
+    grid: tuple[int, ...]
+    """the RBC grid of synthetic data; () for the PIC problems (data=file: the file's grid is used)"""
+    particles: int
+    """PIC particles per sample of synthetic data; 0 for the RBC problems"""
+    data: str
+    """synthetic (random tensors made on the device) or file (CARAML's HDF5 data set)"""
+    data_path: str
+    """data=file: the HDF5 file or its folder; empty: $CARAML_DATA/<CARAML's file name>"""
+    samples: int
+    """data=synthetic: samples made per device (0: 5 batches with epochs, else 2); data=file: the first this many
+    (0: all)"""
+    epochs: int
+    """mode=train: epochs of CARAML's epoch runner, after the steady-state window; 0: none"""
+    precision: str
+    """fp32 (matmuls as matmul_precision says), fp16 (autocast + GradScaler, CARAML's use_amp) or bf16 (autocast)"""
+    complex_mixed_precision: bool
+    """FFTs and spectral products in fp16 (CARAML's ComplexMixedPrecision; CUDA, power-of-two FFT sizes)"""
+    complex_weights: bool
+    """spectral weights as torch.cfloat with complex einsums (the classic implementation); off: real pairs"""
+    compile: str
+    """none (eager) or inductor (torch.compile)"""
+    compile_mode: str
+    """torch.compile mode for compile=inductor"""
+    compile_scope: str
+    """model, pointwise (FFTs and spectral products left eager) or step (the whole train step with Adam)"""
+    compile_report: bool
+    """CARAML's fno_compile.py table: inference time of eager and each compile mode, and the speedup"""
+    matmul_precision: str
+    """torch.set_float32_matmul_precision (CARAML: high, i.e. TF32 on GPUs)"""
+    lr: float
+    """Adam learning rate"""
+    weight_decay: float
+    """Adam weight decay"""
+    adam_impl: str
+    """Adam kernels: foreach, fused, for-loop"""
+
+    @property
+    def train(self) -> bool:
+        return self.mode == "train"
+
+    @property
+    def runs_epochs(self) -> bool:
+        """Whether CARAML's epoch runner runs (after the steady-state window)."""
+        return self.train and self.epochs > 0
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile == "inductor"
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        """The trailing shape of a synthetic sample: the grid, or (particles,)."""
+        return self.grid or (self.particles,)
+
+    @classmethod
+    def from_params(cls, values: dict[str, Any]) -> FNOConfig:
+        """The resolved parameter values as a config; BadInput (one line) when they do not fit the problem."""
+        pb = PROBLEMS[values["problem"]]
+        modes, grid = _shapes(values, pb)
+        particles = (values["particles"] or pb.particles) if pb.kind != "grid" else 0
+        if values["data"] == "synthetic":  # a file's grid is checked when the file is read
+            misfit = modes_misfit(pb.kind, modes, grid if pb.kind == "grid" else (particles,))
+            if misfit:
+                raise BadInput(f"fno: {pb.name} with modes={shape_text(modes)}: {misfit}")
+        resolved = {"problem": pb, "batch_size": values["batch_size"] or pb.batch_size,
+                    "width": values["width"] or pb.width, "modes": modes, "layers": values["layers"] or pb.layers,
+                    "grid": grid if pb.kind == "grid" else (), "particles": particles, "lr": values["lr"] or pb.lr}
+        return cls(**{f.name: resolved[f.name] if f.name in resolved else values[f.name] for f in fields(cls)})
+
+
+def _shapes(values: dict[str, Any], pb: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The kept modes and the grid: the problem's for auto, else as given, with as many sizes as it has dims."""
+    try:
+        modes = pb.modes if values["modes"] == "auto" else parse_shape(values["modes"], "modes")
+        grid = pb.grid if values["grid"] == "auto" else parse_shape(values["grid"], "grid")
+    except ValueError as exc:
+        raise BadInput(f"fno: {exc}") from None
+    if len(modes) != pb.dims:
+        raise BadInput(f"fno: modes={values['modes']} has {len(modes)} sizes; {pb.name} is {pb.dims}D, e.g. modes="
+                       + shape_text(pb.modes))
+    if pb.kind == "grid" and len(grid) != pb.dims:
+        raise BadInput(f"fno: grid={values['grid']} has {len(grid)} sizes; {pb.name} is {pb.dims}D, e.g. grid="
+                       + shape_text(pb.grid))
+    if pb.kind != "grid" and values["grid"] != "auto":
+        raise BadInput(f"fno: {pb.name} has particles, not a grid; set particles= instead of grid=")
+    return modes, grid
