@@ -40,3 +40,27 @@ def test_a_record_id_is_the_same_as_before_the_settings_moved():
     params = {"model": "resnet18", "batch_size": 16, "device": "auto", "seed": 0, "warmup_steps": 2,
               "measure_steps": 8, "power": "auto", "power_interval_ms": 100.0}
     assert config_id("image_classification", params, "CPU", 1, 1) == "2481c7a839ccb776"  # by commit 3b16e44
+
+
+def test_a_renamed_parameter_given_both_ways_is_named_right():
+    import pytest
+
+    from caraml.errors import BadInput
+    from caraml.params import Param, resolve
+
+    declared = [Param("precision", str, "fp32", choices=("fp32", "fp16"), aliases=("amp",),
+                      value_aliases=(("off", "fp32"),))]
+    assert resolve(declared, {"amp": "off"}, "w") == {"precision": "fp32"}
+    for given in ({"amp": "off", "precision": "fp32"}, {"precision": "fp32", "amp": "off"}):
+        with pytest.raises(BadInput, match="'amp' is the former name of 'precision'"):
+            resolve(declared, given, "w")
+
+
+def test_an_old_record_groups_under_todays_parameter_names():
+    """FNO's `amp` is `precision` now: a stored record with amp=off compares as precision=fp32."""
+    from caraml.results.aggregate import Point
+
+    old = {"id": "x", "workload": "fno", "status": "ok", "params": {"problem": "RBC2D", "amp": "off"}}
+    assert Point("x", "fno", [old]).params == {"problem": "RBC2D", "precision": "fp32"}
+    unknown = {"id": "y", "workload": "gone", "status": "ok", "params": {"amp": "off"}}
+    assert Point("y", "gone", [unknown]).params == {"amp": "off"}

@@ -133,11 +133,14 @@ def canonical(declared: list[Param], given: dict[str, Any], workload: str = "") 
     if not renamed or not any(k in renamed for k in given):
         return dict(given)
     out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for key, value in given.items():
         name = renamed.get(key, key)
         if name in out:
-            raise BadInput(f"{workload}: '{key}' is the former name of '{name}'; give {name} once")
-        out[name] = value
+            former = key if key != name else given_as[name]
+            raise BadInput(f"{workload}: '{former}' is the former name of '{name}', and both were given; "
+                           f"give {name} once")
+        out[name], given_as[name] = value, key
     return out
 
 
@@ -146,3 +149,19 @@ def typed_fields(cls, values: dict[str, Any]):
     from dataclasses import fields
 
     return cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values})
+
+
+def as_today(declared: list[Param], params: dict[str, Any]) -> dict[str, Any]:
+    """A stored record's parameters under today's names and values (former names and values mapped, as
+    `resolve` maps them), for reading records written before a rename; unknown keys are kept as they are."""
+    by_name = {p.name: p for p in declared}
+    out = {}
+    for key, value in params.items():
+        name = next((p.name for p in declared if key in p.aliases), key)
+        if name != key and name in params:
+            continue  # both names stored: today's wins
+        for old, new in by_name[name].value_aliases if name in by_name else ():
+            if value is not None and str(value).lower() == str(old).lower():
+                value = new
+        out[name] = value
+    return out

@@ -34,7 +34,9 @@ class Point:
 
     @property
     def params(self) -> dict:
-        return self.rep.get("params") or {}
+        """The representative run's parameters, under today's names (a record from before a parameter was
+        renamed groups and compares with today's)."""
+        return _as_today(self.workload, self.rep.get("params") or {})
 
     @property
     def system(self) -> str | None:
@@ -92,6 +94,17 @@ class Point:
         out = {"system": self.system, "devices": self.devices, "nodes": self.nodes}
         out.update({k: v for k, v in self.params.items() if k not in MEASUREMENT_KEYS})
         return {k: v for k, v in out.items() if k not in without}
+
+
+def _as_today(workload: str, params: dict) -> dict:
+    from caraml import workloads
+    from caraml.params import as_today
+
+    try:
+        declared = workloads.get(workload).params
+    except BadInput:  # a workload this installation does not have: its records are read as they are
+        return params
+    return as_today(declared, params)
 
 
 def throughput_of(record: dict) -> float | None:
