@@ -164,8 +164,9 @@ class GPTBench:
     # one iteration --------------------------------------------------------------------------------------------
     def step(self) -> None:
         x, y = self.data.next()
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.updates)
+        lr = self.lr_at(self.updates)
+        for settings in self.optimizer.param_groups:
+            settings["lr"] = lr
         loss_ctx = nullcontext()
         if self.plan.loss_parallel:
             from torch.distributed.tensor.parallel import loss_parallel
