@@ -16,6 +16,7 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[test,hdf5]'
 # Everything: the fast selection on both cores, then the slow SLURM/JUBE/browser tests in one process
-# (they share one SLURM cluster). Plain `pytest` runs the fast selection alone.
+# (they share one SLURM cluster). Plain `pytest` runs the fast selection alone; the inner loop while editing:
+# pytest -m "not subprocess and not multiprocess" (markers: tests/conftest.py, pyproject.toml).
 .venv/bin/python -m pytest -q -n 2 -m "not slow" "$@"
 exec .venv/bin/python -m pytest -q -m slow "$@"

@@ -1,11 +1,24 @@
-"""Shared helpers: run the real `caraml` command in a subprocess, from this source tree."""
+"""Shared helpers: run the real `caraml` command in a subprocess or in this process, from this source tree;
+markers by what a test needs and what it costs, and a guard that keeps the cost markers honest.
+
+Markers (registered in pyproject.toml):
+  needs  slurm, jube, browser, gpu - skipped here when the thing is missing; slurm/jube/browser also make a
+         test `slow` (scripts/test.sh runs those in one process, after the rest)
+  costs  subprocess - starts a process (`caraml`, python, a shell, a monitor); multiprocess - torchrun/ranks
+A test that starts a process without `subprocess` (or torchrun without `multiprocess`) fails at teardown,
+so `pytest -m "not subprocess and not multiprocess"` stays an in-process inner loop.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# Bounds on a hang only: under load (2 cores, load average 14) the events come late, never this late.
+HANG_S = 600
 
 
 def _nvml_present() -> bool:
@@ -31,6 +46,7 @@ def _nvml_present() -> bool:
 
 
 HAS_NVML = _nvml_present()
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
 def cli_env(**extra) -> dict:
@@ -41,10 +57,27 @@ def cli_env(**extra) -> dict:
     return env
 
 
-def caraml(*args, timeout=300, env=None, check=None) -> subprocess.CompletedProcess:
+def caraml(*args, timeout=HANG_S, env=None, check=None) -> subprocess.CompletedProcess:
     """`python -m caraml ARGS` with this tree's sources; returns the finished process."""
     proc = subprocess.run([sys.executable, "-m", "caraml", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env or cli_env())
+    if check is not None:
+        assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def cli(*args, check=None) -> subprocess.CompletedProcess:
+    """`caraml ARGS` in this process (caraml.cli.main), for commands that only read and print (result, compare):
+    the same exit code, stdout and stderr as the subprocess, without starting Python and importing again."""
+    from caraml.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    proc = subprocess.CompletedProcess(["caraml", *map(str, args)], code, out.getvalue(), err.getvalue())
     if check is not None:
         assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
@@ -54,6 +87,112 @@ def records_in(results: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((results / "runs").glob("*.json"))]
 
 
+def wait_until(predicate, what: str, timeout: float = HANG_S, proc: subprocess.Popen | None = None, every=0.1):
+    """Wait for an event (predicate() true); fail after `timeout` (a hang) or when `proc` ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process ended (exit {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:g} s")
+        time.sleep(every)
+
+
+def read_stderr_until(proc: subprocess.Popen, text: str, timeout: float = HANG_S) -> str:
+    """Read proc's stderr line by line up to a line holding `text`; what was read. Fails when stderr ends first;
+    a hang is bounded by killing proc after `timeout` (a blocking readline, so no line sits unseen in a buffer)."""
+    import threading
+
+    seen = ""
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        for line in proc.stderr:
+            seen += line
+            if text in line:
+                return seen
+    finally:
+        killer.cancel()
+    pytest.fail(f"stderr ended (exit {proc.wait()}) before a line with {text!r} (killed after {timeout:g} s "
+                f"if it hung):\n{seen[-3000:]}")
+
+
 @pytest.fixture
 def results(tmp_path) -> Path:
     return tmp_path / "results"
+
+
+# markers ------------------------------------------------------------------------------------------------------
+def _missing(name: str) -> str | None:
+    if name == "slurm" and (shutil.which("slurmctld") is None or os.geteuid() != 0):
+        return "needs Debian's slurmctld/slurmd and root"
+    if name == "jube" and shutil.which("jube") is None:
+        return "needs JUBE (Debian package jube)"
+    if name == "browser" and CHROMIUM is None:
+        return "chromium is not installed (Debian package chromium)"
+    if name == "gpu" and not HAS_NVML:
+        return "needs an NVIDIA GPU"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the markers added here take part in the selection
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "slurm_cluster" in item.fixturenames:
+            item.add_marker(pytest.mark.slurm)
+        needs = {name for name in ("slurm", "jube", "browser", "gpu") if item.get_closest_marker(name)}
+        if needs & {"slurm", "jube", "browser"}:
+            item.add_marker(pytest.mark.slow)  # the shared cluster, JUBE, a browser: scripts/test.sh's second pass
+            item.add_marker(pytest.mark.subprocess)
+        if item.get_closest_marker("multiprocess"):
+            item.add_marker(pytest.mark.subprocess)
+        for name in sorted(needs):
+            if why := _missing(name):
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
+# the guard: a process started by a test that is not marked for it ------------------------------------------------
+_current: pytest.Item | None = None
+_started: list[list[str]] = []
+_popen_init = subprocess.Popen.__init__
+PROBES = {"git", "uname", "ldconfig", "gcc", "cc", "ld", "objdump"}  # environment probes (git commit,
+# platform.processor(), ctypes.util.find_library): milliseconds, from in-process code paths too
+
+
+def _argv(args) -> list[str]:
+    return [str(args)] if isinstance(args, (str, bytes, os.PathLike)) else [str(a) for a in args]
+
+
+def _watching_init(self, args, *rest, **kw):
+    argv = _argv(args)
+    if _current is not None and Path(argv[0]).name not in PROBES:
+        _started.append(argv)
+    _popen_init(self, args, *rest, **kw)
+
+
+subprocess.Popen.__init__ = _watching_init
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _current
+    _current = item
+    _started.clear()
+    try:
+        yield
+    finally:
+        _current = None
+
+
+@pytest.fixture(autouse=True)
+def _cost_markers_are_honest(request):
+    yield
+    started = list(_started)
+    if started and not request.node.get_closest_marker("subprocess"):
+        pytest.fail(f"started {' '.join(started[0])[:200]!r} but is not marked `subprocess`", pytrace=False)
+    ranks = [a for a in started if "torch.distributed.run" in a or Path(a[0]).name == "torchrun"]
+    if ranks and not request.node.get_closest_marker("multiprocess"):
+        pytest.fail(f"started {' '.join(ranks[0])[:200]!r} but is not marked `multiprocess`", pytrace=False)

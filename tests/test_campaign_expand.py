@@ -110,6 +110,7 @@ def test_shipped_suites_values():
     assert {p.params["mode"] for p in fno} == {"eval"} and {p.devices_per_node for p in fno} == {1}
 
 
+@pytest.mark.subprocess
 def test_dry_run_json_and_listing(tmp_path):
     proc = caraml("sweep", "fno", "--tag", "all", "--system", "H100", "--dry-run", "--json", check=0)
     points = json.loads(proc.stdout)
@@ -130,6 +131,7 @@ CARAML_LLM = {
 }
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("size", list(CARAML_LLM))
 def test_llm_sweep_is_caramls_table(size):
     points = json.loads(caraml("sweep", "llm_training", "--tag", size, "--dry-run", "--system", "H100", "--json",
@@ -168,6 +170,7 @@ def test_llm_sweep_devices_per_node_of_other_systems():
     (["llm_training", "tp=3", "--tag", "800M", "--system", "CPU"], "tp*pp = 3*1 = 3 does not divide the 1 devices"),
     (["image_classification", "warp=9", "--system", "CPU"], "'warp' is neither a parameter"),
 ])
+@pytest.mark.subprocess
 def test_bad_input_is_one_line_exit_2(args, message):
     proc = caraml("sweep", *args, *([] if "not built yet" in message else ["--dry-run"]), check=2)
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -181,6 +184,7 @@ def test_bad_input_is_one_line_exit_2(args, message):
     ("workload: image_classification\nlaunch: {gpus: 2}\n", "not a launch key"),
     ("workload: image_classification\nparams: {precision: fp64}\n", "precision=fp64 is not valid"),
 ])
+@pytest.mark.subprocess
 def test_bad_suite_files(tmp_path, body, message):
     path = tmp_path / "bad.yaml"
     path.write_text(body)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import caraml, records_in
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_local_sweep_records_failures_and_resumes(tmp_path, results):

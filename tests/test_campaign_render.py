@@ -45,6 +45,7 @@ def test_golden_image_classification_srun_per_gpu_without_container():
     _check_golden("ic_A100_srun.sh", jobscript.render(point, profile, OPTS, "/scratch/logs/%j.out"))
 
 
+@pytest.mark.subprocess
 def test_every_value_stays_data(tmp_path):
     """A value with spaces, quotes and $(...) reaches the worker as one unchanged argument."""
     nasty = "x $(touch PWNED) `touch PWNED2` 'q' \"d\" ; rm -rf ~"
@@ -74,6 +75,7 @@ def test_line_breaks_in_values_are_refused():
         jobscript.render(point, _profile("CPU"), OPTS, "/tmp/x.out")
 
 
+@pytest.mark.subprocess
 def test_apptainer_commands():
     h100, mi250 = _profile("H100", container_dir="/p/c"), _profile("MI250", container_image="/p/rocm.sif")
     sif = "/p/c/nvcr.io_nvidia_pytorch_24.09-py3.sif"
@@ -84,6 +86,7 @@ def test_apptainer_commands():
     assert "names no image to pull" in caraml("container", "pull", "--system", "CPU", check=2).stderr
 
 
+@pytest.mark.subprocess
 def test_slurm_dry_run_writes_scripts_and_submits_nothing(tmp_path):
     caraml("sweep", "image_classification", "--system", "H100", "--tag", "bf16", "--executor", "slurm",
            "--dry-run", "--results", tmp_path, check=0)
@@ -93,6 +96,7 @@ def test_slurm_dry_run_writes_scripts_and_submits_nothing(tmp_path):
     assert not (tmp_path / "sweep-state.json").exists()
 
 
+@pytest.mark.subprocess
 def test_slurm_without_slurm_commands_is_bad_input(tmp_path):
     from conftest import cli_env
 

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from conftest import caraml, cli_env, records_in
+from conftest import HANG_S, caraml, cli_env, records_in
 from slurm_cluster import needs_slurm, queue as _queue, wait_for as _wait
 
-pytestmark = [needs_slurm, pytest.mark.slow]
+pytestmark = [needs_slurm, pytest.mark.multiprocess]  # slurm: slow, subprocess; jobs run torchrun
 
 
 def test_sweep_on_slurm_ok_interrupted_and_lost(slurm_cluster, tmp_path):
@@ -38,9 +38,10 @@ launch:
 
     logs = results / "sweep" / "logs"
     # What --signal=B:USR2@120 does before the time limit, sent now: to the batch shell only.
-    _wait(lambda: any("measuring" in p.read_text() for p in logs.glob(f"*-{long}.out")), 120, "the long job to measure")
+    _wait(lambda: any("measuring" in p.read_text() for p in logs.glob(f"*-{long}.out")), HANG_S,
+          "the long job to measure")
     subprocess.run(["scancel", "--batch", "--signal=USR2", long], env=env, check=True)
-    _wait(lambda: not _queue(env), 90, "both jobs to end")
+    _wait(lambda: not _queue(env), HANG_S, "both jobs to end")
 
     out = caraml("sweep", "--continue", "--results", results, env=env, check=0).stdout
     assert f"job {short}: ok" in out and f"job {long}: interrupted" in out
@@ -64,7 +65,7 @@ launch:
     assert f"job {waiting[0]}: still PENDING" in caraml("sweep", "--continue", "--results", results, env=env,
                                                        check=0).stdout
     subprocess.run(["scancel", waiting[0]], env=env, check=True)
-    _wait(lambda: not _queue(env), 30, "the cancelled job to leave the queue")
+    _wait(lambda: not _queue(env), HANG_S, "the cancelled job to leave the queue")
     out = caraml("sweep", "--continue", "--results", results, env=env, check=0).stdout
     assert f"job {waiting[0]}: failed" in out
     lost = [r for r in records_in(results) if r["env"]["slurm"]["SLURM_JOB_ID"] == waiting[0]]

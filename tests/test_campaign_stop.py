@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import caraml, cli_env, records_in
+from conftest import HANG_S, caraml, cli, cli_env, records_in, wait_until
 
 SUITE = """
 workload: image_classification
@@ -34,21 +34,29 @@ def _suite(tmp_path, limit="00:00:15"):
     return path
 
 
+@pytest.mark.subprocess
 def test_point_past_its_time_limit_is_stopped_and_the_sweep_goes_on(tmp_path, results):
-    start = time.monotonic()
-    proc = caraml("sweep", _suite(tmp_path), "--system", "CPU", "--results", results, timeout=120, check=1)
-    assert time.monotonic() - start < 60
+    # 100000 steps never end within 15 s: the point is still running when its limit hits, however loaded the
+    # machine. Where it was then (measuring on an idle machine, maybe still in setup on a loaded one) the
+    # record says; either way it stopped itself on SIGTERM and saved its record.
+    proc = caraml("sweep", _suite(tmp_path), "--system", "CPU", "--results", results, check=1)
     by_steps = {r["params"]["measure_steps"]: r for r in records_in(results)}
     assert set(by_steps) == {100000, 2}
     long = by_steps[100000]
     assert long["status"] == "timeout", long["error"]
     assert "time limit 00:00:15 reached" in long["error"]
-    assert "stopped by SIGTERM" in long["error"]  # it stopped itself after a step and saved what it measured
-    assert long["metrics"]["measured_steps"] < 100000
+    assert "stopped by SIGTERM" in long["error"]
+    if "during setup" not in long["error"]:  # it stopped itself after a step and saved what it measured
+        assert 0 < long["metrics"]["measured_steps"] < 100000
     assert by_steps[2]["status"] == "ok"
     assert "1 ok" in proc.stderr and "1 timeout" in proc.stderr
 
 
+def _measuring(results) -> bool:
+    return any("caraml: measuring" in p.read_text() for p in (results / "sweep" / "logs").glob("*.log"))
+
+
+@pytest.mark.subprocess
 def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, results):
     # A terminal's Ctrl-C goes to the whole foreground process group: start the sweep as such a group.
     sweep = subprocess.Popen([sys.executable, "-m", "caraml", "sweep", str(_suite(tmp_path, "01:00:00")),
@@ -56,14 +64,10 @@ def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, resul
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
                              process_group=0)
     try:
-        deadline = time.monotonic() + 60
-        while not any("caraml: measuring" in p.read_text()
-                      for p in (results / "sweep" / "logs").glob("*.log")) if (results / "sweep").exists() else True:
-            assert time.monotonic() < deadline and sweep.poll() is None, "the first point never started measuring"
-            time.sleep(0.2)
-        time.sleep(1)  # a few measured steps
+        # The stop is checked after each step, so a Ctrl-C once measuring has begun keeps at least one step.
+        wait_until(lambda: _measuring(results), "'caraml: measuring' in the first point's log", proc=sweep)
         os.killpg(sweep.pid, signal.SIGINT)
-        out, err = sweep.communicate(timeout=90)
+        out, err = sweep.communicate(timeout=HANG_S)
     finally:
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
@@ -76,6 +80,7 @@ def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, resul
     assert records[0]["metrics"]["measured_steps"] > 0
 
 
+@pytest.mark.subprocess
 def test_hung_point_is_killed_after_the_grace_period_and_recorded_as_timeout(tmp_path, results, monkeypatch):
     """A point that ignores SIGTERM (an NCCL deadlock does) is killed; the sweep writes its record."""
     from caraml.campaign import local, sweep
@@ -89,7 +94,7 @@ def test_hung_point_is_killed_after_the_grace_period_and_recorded_as_timeout(tmp
     plan = sweep.plan(str(_suite(tmp_path, "00:00:02")), [], "CPU", {"measure_steps": "100000", "image_size": "32"})
     start = time.monotonic()
     counts = local.run_local(plan, str(results), resume=False, python=str(hung))
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 300  # killed: the point alone would sleep 600 s
     assert counts == {"timeout": 1}
     [record] = records_in(results)
     assert record["status"] == "timeout" and "time limit 00:00:02 reached" in record["error"]
@@ -125,7 +130,7 @@ def test_time_limit_formats(text, seconds):
 
 
 def test_bad_time_limit_is_one_line(tmp_path, results):
-    proc = caraml("sweep", _suite(tmp_path, "an hour"), "--system", "CPU", "--results", results, check=2)
+    proc = cli("sweep", _suite(tmp_path, "an hour"), "--system", "CPU", "--results", results, check=2)
     assert proc.stderr.strip() == ("caraml: error: time_limit=an hour is not a SLURM time limit; "
                                    "use MM, HH:MM:SS or D-HH:MM:SS, e.g. 01:00:00")
     assert not (results / "runs").exists()
@@ -133,7 +138,7 @@ def test_bad_time_limit_is_one_line(tmp_path, results):
 
 @pytest.mark.parametrize("executor", ["slurm", "local"])
 def test_unwritable_results_directory_is_one_line(tmp_path, executor):
-    proc = caraml("sweep", _suite(tmp_path), "--executor", executor, "--system", "CPU",
+    proc = cli("sweep", _suite(tmp_path), "--executor", executor, "--system", "CPU",
                   *(["--dry-run"] if executor == "slurm" else []), "--results", "/proc/x", check=2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

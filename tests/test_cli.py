@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from conftest import caraml, cli_env
+from conftest import caraml, cli, cli_env
 
 
+@pytest.mark.subprocess
 def test_help_does_not_import_torch():
     code = "import sys; from caraml.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
@@ -22,6 +23,7 @@ def test_help_does_not_import_torch():
         assert command in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_systems_lists_every_caraml_tag():
     proc = caraml("systems", check=0)
     for tag in ("A100", "MILA", "H100", "WAIH100", "GH200", "JUPITER", "MI300X", "MI300A", "MI250", "GC200",
@@ -32,6 +34,7 @@ def test_systems_lists_every_caraml_tag():
     assert h200["power_methods"] == ["nvml"] and h200["site"]["container_image"]
 
 
+@pytest.mark.subprocess
 def test_site_overrides_profile(tmp_path):
     (tmp_path / "H100.toml").write_text('[site]\npartition = "booster"\naccount = "myproj"\n')
     env = cli_env(CARAML_SYSTEMS_PATH=str(tmp_path))
@@ -52,25 +55,26 @@ def test_device_name_detection():
     assert systems.match_device_name("Tesla K80") is None
 
 
+@pytest.mark.subprocess
 def test_env_manifest():
     env = json.loads(caraml("env", check=0).stdout)
     for key in ("python", "torch", "torchvision", "hostname", "cpu", "devices", "git_commit", "slurm"):
         assert key in env
 
 
+@pytest.mark.subprocess
 def test_result_over_several_records(results):
     for params in (("batch_size=4",), ("batch_size=8", "precision=bf16")):
         caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", *params,
                "device=cpu", "--results", results, check=0)
-    table = caraml("result", "--results", results, check=0).stdout
+    table = caraml("result", "--results", results, check=0).stdout  # end to end once; the rest in this process
     assert "Images/s" in table and "resnet18" in table
-    rows = list(csv.DictReader(io.StringIO(caraml("result", "--results", results, "--format", "csv",
-                                                  check=0).stdout)))
+    rows = list(csv.DictReader(io.StringIO(cli("result", "--results", results, "--format", "csv", check=0).stdout)))
     assert sorted(int(r["BatchSize/Device"]) for r in rows) == [4, 8]
     assert all(float(r["Images/s"]) > 0 and r["Status"] == "ok" for r in rows)
-    records = json.loads(caraml("result", "--results", results, "--format", "json", check=0).stdout)
+    records = json.loads(cli("result", "--results", results, "--format", "json", check=0).stdout)
     assert isinstance(records, list) and len(records) == 2 and all("params" in r for r in records)
-    md = caraml("result", "--results", results, "--format", "markdown", check=0).stdout
+    md = cli("result", "--results", results, "--format", "markdown", check=0).stdout
     assert sum(1 for line in md.splitlines() if line.startswith("| CPU")) == 2
     # the SQLite index agrees with the files
     from caraml.results.store import Store
@@ -79,10 +83,11 @@ def test_result_over_several_records(results):
 
 
 def test_result_without_records_is_bad_input(tmp_path):
-    proc = caraml("result", "--results", tmp_path / "empty", check=2)
+    proc = cli("result", "--results", tmp_path / "empty", check=2)
     assert "empty" in proc.stderr and "caraml run" in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_index_is_rebuilt_from_record_files(results):
     caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", "power=off",
            "--results", results, check=0)
@@ -90,10 +95,11 @@ def test_index_is_rebuilt_from_record_files(results):
 
     store = Store(results)
     store.index_path.unlink()  # e.g. lost, or a write that failed on a parallel file system
-    caraml("result", "--results", results, check=0)
+    cli("result", "--results", results, check=0)
     assert len(store.query("SELECT run_id FROM runs")) == 1
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_non_finite_numbers_are_bad_input(results, value):
     proc = caraml("run", "image_classification", f"measure_seconds={value}", "--results", results, check=2)

@@ -92,6 +92,7 @@ def test_writer_reproduces_the_real_index_byte_for_byte(tmp_path):
     assert (tmp_path / "copy.idx").read_bytes() == REAL_IDX.read_bytes()
 
 
+@pytest.mark.subprocess
 @needs_real_index
 def test_info_on_the_real_index_without_its_bin():
     out = caraml("data", "info", REAL_IDX, check=0).stdout
@@ -129,6 +130,7 @@ def _corrupt(prefix, how):
     ("document-index", "document index"), ("bin-short", "mismatched or truncated"),
     ("bin-other", "mismatched or truncated"), ("no-idx", "does not exist"),
 ])
+@pytest.mark.subprocess
 def test_bad_files_are_one_line_exit_2(tmp_path, how, says):
     prefix = write(tmp_path / "bad", [[1, 2], [3], [4, 5, 6]])
     _corrupt(prefix, how)
@@ -228,6 +230,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "Zwölf Boxkämpfer jag
          "", "Megatron cuts documents into samples of seq_length + 1 tokens.", "short", "Ünïcödé ✓ 世界"]
 
 
+@pytest.mark.subprocess
 def test_prepare_info_and_samples_end_to_end(tmp_path, bpe_files):
     vocab, merges = bpe_files
     src = tmp_path / "docs.jsonl"
@@ -252,6 +255,7 @@ def test_prepare_info_and_samples_end_to_end(tmp_path, bpe_files):
     assert texts[-1] == "" and sorted(texts[:-1]) == sorted(t for t in TEXTS if t)
 
 
+@pytest.mark.subprocess
 def test_prepare_plain_text_one_document_per_line(tmp_path, bpe_files):
     vocab, merges = bpe_files
     (tmp_path / "docs.txt").write_text("first document\n\nsecond one\n")
@@ -267,6 +271,7 @@ def test_prepare_plain_text_one_document_per_line(tmp_path, bpe_files):
     ("missing-key", "bad.jsonl:3: no key 'text' (found: body)"), ("unwritable", "cannot write"),
     ("no-tokenizer", "no tokenizer files"),
 ])
+@pytest.mark.subprocess
 def test_prepare_bad_input_is_one_line_exit_2(tmp_path, bpe_files, case, says):
     vocab, merges = bpe_files
     src = tmp_path / "bad.jsonl"

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import handmade
-from conftest import ROOT, caraml, cli_env, records_in
+from conftest import HANG_S, ROOT, caraml, cli_env, records_in
 
 PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")
 # CARAML's FNO table (CARAML-FACTS.md): in/out channels, width, modes, layers, batch size
@@ -66,7 +66,7 @@ def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
                               "--dry-run", "--json")
     env = cli_env(OMP_NUM_THREADS=1)
     out, running, waiting = {}, {}, list(commands.items())
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 2 * HANG_S  # all of them, four at a time: bounds a hang only
     while waiting or running:
         while waiting and len(running) < PARALLEL:
             name, cmd = waiting.pop(0)
@@ -80,7 +80,7 @@ def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
         if time.monotonic() > deadline:
             for proc in running.values():
                 proc.kill()
-            raise TimeoutError(f"fno CLI runs still going after 600 s: {', '.join(running)}")
+            raise TimeoutError(f"fno CLI runs still going after {2 * HANG_S} s: {', '.join(running)}")
         time.sleep(0.1)
     return out
 
@@ -93,6 +93,7 @@ def _record(proc: subprocess.CompletedProcess) -> dict:
 
 
 # runs through the CLI -----------------------------------------------------------------------------------
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("problem", PROBLEMS)
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_smoke_run_of_every_problem(runs, problem, mode):
@@ -124,6 +125,7 @@ def test_smoke_run_of_every_problem(runs, problem, mode):
         assert "forward pass (inference)" in m["flops_convention"]
 
 
+@pytest.mark.multiprocess
 def test_ddp_two_gloo_processes(runs):
     record = _record(runs["ddp"])
     m = record["metrics"]
@@ -133,6 +135,7 @@ def test_ddp_two_gloo_processes(runs):
     assert m["epochs"]["train_samples_per_epoch"] == 2 * 16  # each rank its own 4 training batches of 4
 
 
+@pytest.mark.multiprocess
 def test_hdf5_round_trip_through_fno_synthetic(runs):
     record = _record(runs["file"])
     m = record["metrics"]
@@ -142,6 +145,7 @@ def test_hdf5_round_trip_through_fno_synthetic(runs):
     assert m["grid"] == "256x64" and m["input_shape"] == "[4,4,256,64]"  # the file's grid, not the preset's
 
 
+@pytest.mark.multiprocess
 def test_bad_data_file_is_one_line_exit_2(runs):
     proc = runs["malformed"]  # missing, not HDF5 and other shapes: test_data_files_layout_and_bad_files
     assert proc.returncode == 2, proc.stderr
@@ -149,6 +153,7 @@ def test_bad_data_file_is_one_line_exit_2(runs):
     assert len(lines) == 1 and "'inputs' is not a dataset" in lines[0] and "Traceback" not in proc.stderr
 
 
+@pytest.mark.multiprocess
 def test_suite_matches_caraml_table(runs):
     train = json.loads(runs["sweep-train"].stdout)
     assert len(train) == 8

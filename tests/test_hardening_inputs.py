@@ -48,7 +48,7 @@ def test_derived_values_that_grow_without_bound_are_refused_at_once(tmp_path):
     started = time.monotonic()
     with pytest.raises(BadInput, match=r"10\*\*18"):
         plan_of(tmp_path, SUITE + "vars: {x: 10}\nderived:\n  d1: x ** 64\n" + chain)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # growing the value would take minutes or all memory
 
 
 @pytest.mark.parametrize("text", ["'a' * 10**9", "10**12 * 'ab'", "(1, 2) * 10**12", "10 ** 19", "2 ** 64",
@@ -58,7 +58,7 @@ def test_expressions_refuse_huge_values_before_making_them(text):
     started = time.monotonic()
     with pytest.raises(BadInput) as exc:
         expr.evaluate(text, {"x": 10})
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # growing the value would take minutes or all memory
     assert len(str(exc.value)) < 500
 
 
@@ -73,7 +73,7 @@ def test_point_count_is_checked_before_expanding(tmp_path, capsys):
     started = time.monotonic()
     with pytest.raises(BadInput, match=r"10000000 points, more than the limit of 10000; .*--max-points 10000000"):
         plan_of(tmp_path, SUITE + seven)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # growing the value would take minutes or all memory
     path = tmp_path / "twelve.yaml"
     path.write_text(SUITE + "params: {batch_size: [1, 2, 3], image_size: [32, 40, 48, 56]}\n")
     code, _, err = run_cli(capsys, "sweep", path, "--dry-run", "--system", "CPU", "--max-points", "5")

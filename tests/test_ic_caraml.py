@@ -15,7 +15,7 @@ import handmade
 from caraml import cli
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
-from conftest import caraml, cli_env, records_in
+from conftest import HANG_S, caraml, cli_env, records_in
 from caraml.workloads._ipu import caraml_accumulation
 from power_trees import moving_counter, rapl_tree
 
@@ -147,7 +147,7 @@ def caraml_run(tmp_path_factory):
            "workers=0", "warmup_steps=1", "measure_steps=2", "power=rapl", "power_interval_ms=50", "--system", "CPU",
            "--results", str(tmp / "results"), "--json"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S,
                               env=cli_env(CARAML_SYSFS_ROOT=tmp / "sys", OMP_NUM_THREADS=1))
     finally:
         stop.set()
@@ -157,6 +157,7 @@ def caraml_run(tmp_path_factory):
     return record, tmp / "results"
 
 
+@pytest.mark.multiprocess
 def test_caraml_preset_reports_the_epoch_convention_beside_the_steady_state(caraml_run):
     record, _ = caraml_run
     m = record["metrics"]
@@ -177,6 +178,7 @@ def test_caraml_preset_reports_the_epoch_convention_beside_the_steady_state(cara
     assert {"warmup", "measure", "caraml-epochs", "done"} <= set(phases)  # the epochs are a power phase of their own
 
 
+@pytest.mark.multiprocess
 def test_caraml_energy_files_as_jpwr_writes_them(caraml_run):
     record, results = caraml_run
     files = record["metrics"]["energy"]["caraml_files"]
@@ -259,6 +261,7 @@ def test_two_nodes_of_gpus_named_as_jpwr_names_them(tmp_path):
 
 
 # columns ------------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
 def test_caraml_columns_in_result(caraml_run, tmp_path):
     record, results = caraml_run
     job = handmade.image("A100", 16, "fp16", 3000.0, devices=8, started="2026-12-01T10:00:00.000+00:00",
@@ -418,6 +421,7 @@ def test_ipu_parameters_go_together():
     assert "IPU precisions" in check_combination(ipu | {"precision": "bf16"})
 
 
+@pytest.mark.subprocess
 def test_choosing_the_ipu_path_without_poptorch_is_one_line(results):
     pytest.importorskip("torch")
     try:

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 import handmade
-from conftest import ROOT, caraml, cli_env
+from conftest import HANG_S, ROOT, caraml, cli, cli_env
 from slurm_cluster import needs_slurm, wait_for
 
-pytestmark = [pytest.mark.skipif(shutil.which("jube") is None, reason="needs JUBE (Debian package jube)"),
-              pytest.mark.slow]
+# The tests that run JUBE carry `jube` (skipped without it, slow); caraml's helpers for JUBE (launch, row) run here.
 
 IC = "image_classification/image_classification_torch_benchmark.xml"
 IC_RUN = "image_classification/image_classification_torch_benchmark_run"
@@ -50,7 +49,7 @@ def jube_env(**extra) -> dict:
     return cli_env(CARAML_CMD=f"{sys.executable} -m caraml", **extra)
 
 
-def jube(tree: Path, *args, env=None, check=0, timeout=300) -> subprocess.CompletedProcess:
+def jube(tree: Path, *args, env=None, check=0, timeout=HANG_S) -> subprocess.CompletedProcess:
     proc = subprocess.run(["jube", *map(str, args)], cwd=tree, env=env or jube_env(), capture_output=True,
                           text=True, timeout=timeout)
     if check is not None:
@@ -81,6 +80,7 @@ def sweep_ids(suite: str, *args, overrides=()) -> set[str]:
     return {p["id"] for p in json.loads(out)}
 
 
+@pytest.mark.jube
 def test_image_classification_on_cpu_run_continue_result(tree):
     jube(tree, "run", IC, "--tag", "CPU", "smoke")
     jube(tree, "continue", IC_RUN, "-i", "last")
@@ -104,6 +104,7 @@ def test_image_classification_on_cpu_run_continue_result(tree):
     assert "--system CPU" in (wp / "launch.sh").read_text() and "--json" in (wp / "launch.sh").read_text()
 
 
+@pytest.mark.jube
 @needs_slurm
 def test_image_classification_through_slurm(tree, slurm_cluster):
     env = jube_env(SLURM_CONF=slurm_cluster["SLURM_CONF"])
@@ -114,7 +115,7 @@ def test_image_classification_through_slurm(tree, slurm_cluster):
         jube(tree, "continue", IC_RUN, "-i", "last", env=env)
         return jube(tree, "status", IC_RUN, "-i", "last", env=env).stdout.strip() == "FINISHED"
 
-    wait_for(finished, 300, "the SLURM jobs and `jube continue` to finish the benchmark")
+    wait_for(finished, HANG_S, "the SLURM jobs and `jube continue` to finish the benchmark")
     header, rows = table(jube(tree, "result", IC_RUN, "-i", "last", env=env).stdout)
     assert header == IC_COLUMNS
     assert sorted(r["GlobalBatchSize"] for r in rows) == ["4", "8"]
@@ -129,6 +130,7 @@ def test_image_classification_through_slurm(tree, slurm_cluster):
         assert "measuring" in (wp / "job.out").read_text()  # the job's log, where the job script put it
 
 
+@pytest.mark.jube
 def test_llm_and_fno_expand_like_the_shipped_suites(tree):
     # dryrun: each work package asks caraml for its point, launch line and job script, runs nothing
     jube(tree, "run", LLM, "--tag", "13B", "JUPITER", "dryrun")
@@ -171,6 +173,7 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
             point["params"]["data"]) == ("GC200", "117M", 12, "synthetic")
 
 
+@pytest.mark.jube
 def test_llm_smoke_on_cpu_run_continue_result(tree):
     jube(tree, "run", LLM, "--tag", "CPU", "smoke")
     jube(tree, "continue", LLM_RUN, "-i", "last")
@@ -183,6 +186,7 @@ def test_llm_smoke_on_cpu_run_continue_result(tree):
     assert float(r["Tokens/second"]) > 0 and float(r["Avg_TFLOPs/GPU"]) >= 0  # .1f: a tiny model on a CPU shows 0.0
 
 
+@pytest.mark.jube
 def test_fno_smoke_runs_on_cpu(tree):
     jube(tree, "run", FNO, "--tag", "CPU", "PIC1D", "smoke")
     jube(tree, "continue", FNO_RUN, "-i", "last")
@@ -195,6 +199,7 @@ def test_fno_smoke_runs_on_cpu(tree):
     assert float(row["TrainTimesteps/second"]) > 0
 
 
+@pytest.mark.jube
 def test_container_tag_pulls_the_systems_image(tree, tmp_path):
     if shutil.which("apptainer"):
         pytest.skip("apptainer is installed: the pull would reach the network")
@@ -210,23 +215,23 @@ def test_container_tag_pulls_the_systems_image(tree, tmp_path):
 
 # `caraml launch` and `caraml row`, which the configurations call ------------------------------------------
 def test_launch_renders_one_point_from_the_profile(tmp_path):
-    out = caraml("launch", "image_classification", "global_batch_size=256", "precision=bf16", "--system", "H100",
-                 "--script", "--record", tmp_path / "r.json", "--done-file", tmp_path / "ready",
-                 "--results", tmp_path / "res", check=0).stdout
+    out = cli("launch", "image_classification", "global_batch_size=256", "precision=bf16", "--system", "H100",
+              "--script", "--record", tmp_path / "r.json", "--done-file", tmp_path / "ready",
+              "--results", tmp_path / "res", check=0).stdout
     assert "#SBATCH --gres=gpu:4" in out and "#SBATCH --partition=dc-h100" in out
     assert " batch_size=64 " in out and "apptainer exec --nv" in out  # 256 over H100's 4 GPUs, in its container
     assert f"--json > {tmp_path / 'r.json'} &" in out and f"trap 'touch {tmp_path / 'ready'}' EXIT" in out
 
 
 def test_launch_and_row_bad_input(tmp_path):
-    many = caraml("launch", "image_classification", "--system", "CPU", check=2).stderr
+    many = cli("launch", "image_classification", "--system", "CPU", check=2).stderr
     assert many.count("\n") == 1 and "7 points" in many and "global_batch_size (32, 64" in many
-    alone = caraml("launch", "fno", "--system", "CPU", "--record", "r.json", check=2).stderr
+    alone = cli("launch", "fno", "--system", "CPU", "--record", "r.json", check=2).stderr
     assert "--record goes with --script" in alone
     empty = tmp_path / "record.json"
     empty.write_text("")
-    assert "is empty: the run wrote no record" in caraml("row", empty, check=2).stderr
-    assert "cannot be read" in caraml("row", tmp_path / "missing.json", check=2).stderr
+    assert "is empty: the run wrote no record" in cli("row", empty, check=2).stderr
+    assert "cannot be read" in cli("row", tmp_path / "missing.json", check=2).stderr
 
 
 def test_row_prints_the_records_table_columns(tmp_path):
@@ -236,7 +241,7 @@ def test_row_prints_the_records_table_columns(tmp_path):
                           5000.0, devices=16, nodes=4, energy_wh=12.5, units_per_wh=40000.0, mfu=0.41)
     path = tmp_path / "record.json"
     path.write_text("some other output\n" + json.dumps(rec) + "\n")
-    lines = dict(ln.split("=", 1) for ln in caraml("row", path, check=0).stdout.splitlines())
+    lines = dict(ln.split("=", 1) for ln in cli("row", path, check=0).stdout.splitlines())
     assert (lines["system"], lines["model_size"], lines["nodes"], lines["devices"]) == ("JUPITER", "13B", "4", "16")
     assert (lines["tp"], lines["pp"], lines["dp"], lines["global_batch_size"]) == ("2", "4", "2", "128")
     assert (float(lines["throughput"]), float(lines["energy_wh"]), float(lines["mfu"])) == (5000.0, 12.5, 0.41)

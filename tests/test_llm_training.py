@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SHARED_DATA, caraml, cli_env
+from conftest import HANG_S, ROOT, SHARED_DATA, caraml, cli_env
 
 from caraml.errors import BadInput
 from caraml.runner import RunSpec, build_bench, resolve
@@ -263,6 +263,7 @@ def test_details_count_the_steps_after_begin_measure():
     (["global_batch_size=3"], "global_batch_size=3 is not dp x micro_batch_size x grad_accumulation"),
     (["data=oscar"], "no Megatron dataset oscar_text_document.idx; set CARAML_DATA"),
 ])
+@pytest.mark.subprocess
 def test_bad_layout_is_one_line_exit_2(tmp_path, args, says):
     env = cli_env()
     env.pop("CARAML_DATA", None)
@@ -271,6 +272,7 @@ def test_bad_layout_is_one_line_exit_2(tmp_path, args, says):
 
 
 # runs ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.subprocess
 def test_smoke_run_through_the_cli(tmp_path):
     out = caraml("run", "llm_training", "--preset", "smoke", "--json", "--results", tmp_path, check=0).stdout
     record = json.loads(out)
@@ -307,13 +309,14 @@ LAYOUTS = {
 VARIANT_B = {"position": "learned", "activation": "swiglu", "recompute": "full"}
 
 
+@pytest.mark.multiprocess
 def test_parallel_layouts_train_like_one_process(tmp_path):
     from caraml.workloads.llm_training.train import train_losses
 
     out = tmp_path / "losses.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            str(ROOT / "tests" / "llm_parallel_worker.py"), str(out), "3", *(f"{k}={v}" for k, v in LAYOUTS.items())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=cli_env(OMP_NUM_THREADS=1))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(OMP_NUM_THREADS=1))
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     single = {"a": train_losses({"micro_batch_size": 4, "grad_accumulation": 2}, 3),
@@ -341,6 +344,7 @@ def write_megatron_dataset(prefix: Path, documents: list[list[int]]) -> None:
         f.write(sizes_.tobytes() + pointers.tobytes() + np.arange(len(tokens) + 1, dtype=np.int64).tobytes())
 
 
+@pytest.mark.subprocess
 def test_oscar_data_through_the_megatron_reader(tmp_path):
     pytest.importorskip("caraml.data.megatron", reason="caraml.data.megatron (the .bin/.idx reader) is not here")
     import numpy as np

@@ -12,22 +12,30 @@ import pytest
 
 from caraml.errors import BadInput
 from caraml.power import Monitor, measure
-from conftest import HAS_NVML, caraml, cli_env, records_in
+from conftest import HAS_NVML, caraml, cli_env, records_in, wait_until
 from power_trees import grace_tree, rapl_tree, set_energy
+
+pytestmark = pytest.mark.subprocess  # the monitor is a process of its own; the rest run `caraml`
+
+
+def wait_for_sample(series, phase: str) -> None:
+    """Wait until the monitor has sampled in `phase`: a row of its time series (flushed every 10 samples)."""
+    wait_until(lambda: series.exists() and any(line.split(",")[1:2] == [phase]
+                                               for line in series.read_text().splitlines()[1:]),
+               f"a sample in phase {phase} in {series}")
 
 
 def test_phases_get_counter_energy_exactly(tmp_path):
     base = rapl_tree(tmp_path / "sys", energy_uj=0)
     mon = Monitor("rapl", interval_ms=20, out_dir=str(tmp_path / "out"), root=str(tmp_path / "sys")).start()
     assert mon.failure is None
-    time.sleep(0.2)
+    series = tmp_path / "out" / f"power.{os.uname().nodename}.csv"
+    wait_for_sample(series, "setup")  # the counter at 0 was read in setup
     set_energy(base, "intel-rapl:0", 3_000_000)       # 3 J during setup
     mon.mark("measure")
-    time.sleep(0.2)
+    wait_for_sample(series, "measure")  # the mark's own sample read 3 J; the rest counts in measure
     set_energy(base, "intel-rapl:0", 3_000_000 + 7_200_000)   # 7.2 J during measure = 0.002 Wh
-    time.sleep(0.1)
-    mon.mark("done")
-    time.sleep(0.1)
+    mon.mark("done")  # its sample reads the 7.2 J at the end of measure
     energy = mon.energy(units=50, unit="images")
     assert energy["available"] and energy["source"] == "counter", energy
     pkg = next(d for d in energy["devices"] if d["uuid"] == "package-0")
@@ -35,7 +43,6 @@ def test_phases_get_counter_energy_exactly(tmp_path):
     assert pkg["phases"]["measure"] == pytest.approx(7.2 / 3600)
     assert energy["total_wh"] == pytest.approx(7.2 / 3600)       # other zones did not move
     assert energy["units_per_wh"] == pytest.approx(50 / (7.2 / 3600))
-    series = tmp_path / "out" / f"power.{os.uname().nodename}.csv"
     lines = series.read_text().splitlines()
     assert lines[0] == "time_s,phase,host,backend,device,uuid,power_w,energy_j"
     assert {line.split(",")[1] for line in lines[1:]} == {"setup", "measure", "done"}
@@ -43,10 +50,10 @@ def test_phases_get_counter_energy_exactly(tmp_path):
 
 def test_backend_dying_mid_run_leaves_energy_unavailable_with_reason(tmp_path):
     grace_tree(tmp_path / "sys")
-    with measure("grace", interval_ms=20, root=str(tmp_path / "sys")) as m:
-        time.sleep(0.2)
+    series = tmp_path / "out" / f"power.{os.uname().nodename}.csv"
+    with measure("grace", interval_ms=20, out_dir=str(tmp_path / "out"), root=str(tmp_path / "sys")) as m:
+        wait_for_sample(series, "run")  # it has read the driver at least once
         (tmp_path / "sys/class/hwmon/hwmon1/device/power1_average").unlink()   # the driver goes away
-        time.sleep(0.2)
     energy = m.energy()
     assert energy["available"] is False and m.energy_wh() is None
     assert "grace failed at t=" in energy["reason"] and "FileNotFoundError" in energy["reason"]
@@ -65,15 +72,18 @@ def test_killed_monitor_is_reported(tmp_path):
 def test_slurm_signals_do_not_kill_the_monitor(tmp_path):
     # slurmstepd sends SIGUSR2 (--signal) and SIGTERM (scancel, time limit) to every process of the step
     base = rapl_tree(tmp_path / "sys", energy_uj=0)
-    mon = Monitor("rapl", interval_ms=20, root=str(tmp_path / "sys")).start()
+    mon = Monitor("rapl", interval_ms=20, out_dir=str(tmp_path / "out"), root=str(tmp_path / "sys")).start()
+    series = tmp_path / "out" / f"power.{os.uname().nodename}.csv"
     mon.mark("measure")
+    wait_for_sample(series, "measure")  # the mark's sample read 0 J
     os.kill(mon.proc.pid, signal.SIGUSR2)
     os.kill(mon.proc.pid, signal.SIGTERM)
-    time.sleep(0.3)
+    rows = len(series.read_text().splitlines())
+    # still sampling after both signals: more rows are flushed (every 10 samples)
+    wait_until(lambda: len(series.read_text().splitlines()) > rows + 10, "samples after the signals", proc=mon.proc)
     assert mon.proc.poll() is None
     set_energy(base, "intel-rapl:0", 3_600_000)          # read after the signals: 3.6 J = 0.001 Wh
-    time.sleep(0.2)
-    mon.mark("done")
+    mon.mark("done")  # its sample reads the 3.6 J at the end of measure
     energy = mon.energy()
     assert energy["available"], energy.get("reason")
     assert energy["phases"]["measure"]["wh"] == pytest.approx(0.001)
@@ -86,7 +96,7 @@ def test_hung_monitor_is_killed_after_timeout(tmp_path):
     os.kill(mon.proc.pid, signal.SIGSTOP)
     start = time.monotonic()
     summary = mon.stop()
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 120  # killed: a stopped process never ends by itself
     assert summary["reason"] == "monitor hung; killed after 1 s"
     assert mon.proc.poll() is not None
 
@@ -120,7 +130,9 @@ def test_power_command_with_rapl_tree_measures(tmp_path):
                   "sleep", "1", env=cli_env(CARAML_SYSFS_ROOT=tmp_path / "sys"), check=0)
     energy = json.loads((out / "energy.json").read_text())
     assert energy["available"] and energy["window"] == "run" and energy["total_wh"] == 0.0
-    assert energy["phases"]["run"]["duration_s"] >= 1.0
+    # the command slept 1 s; the window opens when the monitor reads its clock after saying "ready", which a
+    # loaded machine can delay past the command's start (a few hundredths of a second seen on 2 busy cores)
+    assert energy["phases"]["run"]["duration_s"] >= 0.5
     assert "package-0" in proc.stderr and "total 0.0000 Wh over the run window (counter)" in proc.stderr
     import h5py
 

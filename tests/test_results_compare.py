@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import caraml
+from conftest import caraml, cli
 from handmade import populate
 from test_results_tables import golden
 
@@ -20,7 +20,7 @@ def campaign(tmp_path_factory) -> Path:
 
 
 def compare_json(campaign, *args) -> dict:
-    out = json.loads(caraml("compare", "--results", campaign, *args, "--format", "json", check=0).stdout)
+    out = json.loads(cli("compare", "--results", campaign, *args, "--format", "json", check=0).stdout)
     return {c["workload"]: c for c in out}
 
 
@@ -61,12 +61,19 @@ def test_scaling_by_devices_parallel_efficiency(campaign):
 
 
 def test_by_any_parameter_and_golden_text(campaign):
-    out = caraml("compare", "--results", campaign, "--by", "precision", "--workload", "image_classification",
-                 "--format", "markdown", check=0).stdout
+    out = cli("compare", "--results", campaign, "--by", "precision", "--workload", "image_classification",
+              "--format", "markdown", check=0).stdout
     golden("compare-precision.md", out)
     assert "0.40x" in out  # fp32 / bf16 on H100, batch 64: 1000 / 2500
-    golden("compare-system.md", caraml("compare", "--results", campaign, "--by", "system", "--format", "markdown",
-                                       check=0).stdout)
+    golden("compare-system.md", cli("compare", "--results", campaign, "--by", "system", "--format", "markdown",
+                                    check=0).stdout)
+
+
+@pytest.mark.subprocess
+def test_compare_end_to_end(campaign):
+    """The command as a user runs it: the same text as in this process."""
+    args = ("compare", "--results", campaign, "--by", "system", "--format", "markdown")
+    assert caraml(*args, check=0).stdout == cli(*args, check=0).stdout
 
 
 @pytest.mark.parametrize("args, says", [
@@ -76,5 +83,5 @@ def test_by_any_parameter_and_golden_text(campaign):
     (("--by", "system", "--where", "system=TPU"), "no runs in"),
 ])
 def test_bad_comparisons_exit_2(campaign, args, says):
-    proc = caraml("compare", "--results", campaign, *args, check=2)
+    proc = cli("compare", "--results", campaign, *args, check=2)
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -41,6 +41,7 @@ def test_energy_of_reads_combine_output(tmp_path):
     assert energy.per_device_wh(2) == pytest.approx(measured / 2)
 
 
+@pytest.mark.subprocess
 def test_real_run_record_reads_and_plots_power(tmp_path, results):
     base = rapl_tree(tmp_path / "sys")
     stop = threading.Event()

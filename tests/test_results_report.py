@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from caraml.results.plots import pareto_front, phase_spans
-from conftest import caraml
+from conftest import CHROMIUM, HANG_S, caraml, cli
 from handmade import populate
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +30,7 @@ def test_pareto_front_and_phase_spans():
 @pytest.mark.parametrize("kind, expect", [("throughput", 3), ("efficiency", 3), ("pareto", 3), ("scaling", 1),
                                           ("power", 1)])
 def test_plot_kinds_write_png_and_svg(campaign, tmp_path, kind, expect):
-    out = caraml("plot", kind, "--results", campaign, "--out", tmp_path, check=0).stdout.split()
+    out = cli("plot", kind, "--results", campaign, "--out", tmp_path, check=0).stdout.split()
     pngs = [Path(p) for p in out if p.endswith(".png")]
     svgs = [Path(p) for p in out if p.endswith(".svg")]
     assert len(pngs) == len(svgs) == expect
@@ -44,21 +41,20 @@ def test_plot_kinds_write_png_and_svg(campaign, tmp_path, kind, expect):
 
 
 def test_plot_bad_input(campaign, tmp_path):
-    assert "unknown plot kind" in caraml("plot", "histogram", "--results", campaign, check=2).stderr
-    proc = caraml("plot", "power", "--results", campaign, "--where", "system=A100", "--out", tmp_path, check=2)
+    assert "unknown plot kind" in cli("plot", "histogram", "--results", campaign, check=2).stderr
+    proc = cli("plot", "power", "--results", campaign, "--where", "system=A100", "--out", tmp_path, check=2)
     assert "no selected run has a power time series" in proc.stderr
-    proc = caraml("plot", "efficiency", "--results", campaign, "--where", "status=oom", "--out", tmp_path, check=2)
+    proc = cli("plot", "efficiency", "--results", campaign, "--where", "status=oom", "--out", tmp_path, check=2)
     assert "nothing to plot" in proc.stderr
 
 
-def chromium(*args, profile: Path, timeout=120) -> subprocess.CompletedProcess:
+def chromium(*args, profile: Path, timeout=HANG_S) -> subprocess.CompletedProcess:
     return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                            "--disable-background-networking", "--disable-component-update", "--disable-sync",
                            f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
+@pytest.mark.browser  # and `caraml report` end to end
 def test_report_opens_in_a_real_browser(campaign, tmp_path):
     runs = campaign / "runs"
     (runs / "zz-half-written.json").write_text('{"schema": 1, "id": "abc", "work')

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import caraml, records_in
+from conftest import caraml, cli, records_in
 from handmade import populate
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -37,10 +37,11 @@ def smoke(tmp_path_factory) -> Path:
     return results
 
 
+@pytest.mark.subprocess  # two real `caraml run`s, and `caraml result` end to end
 def test_smoke_repeats_collapse_into_one_row_with_median_and_spread(smoke):
     recs = records_in(smoke)
     assert len(recs) == 2 and recs[0]["id"] == recs[1]["id"]
-    rows = json.loads(caraml("result", "--results", smoke, "--format", "rows-json", check=0).stdout)
+    rows = json.loads(cli("result", "--results", smoke, "--format", "rows-json", check=0).stdout)
     assert len(rows) == 1
     row = rows[0]
     values = sorted(r["metrics"]["throughput"]["value"] for r in recs)
@@ -56,17 +57,17 @@ def test_smoke_repeats_collapse_into_one_row_with_median_and_spread(smoke):
 
 
 def test_golden_tables_of_every_workload(campaign):
-    golden("result.md", caraml("result", "--results", campaign, "--format", "markdown", check=0).stdout)
-    golden("result-llm.csv", caraml("result", "--results", campaign, "--workload", "llm_training", "--format", "csv",
-                                    check=0).stdout)
-    text = caraml("result", "--results", campaign, "--workload", "fno", check=0).stdout  # rich's drawing: no golden
+    golden("result.md", cli("result", "--results", campaign, "--format", "markdown", check=0).stdout)
+    golden("result-llm.csv", cli("result", "--results", campaign, "--workload", "llm_training", "--format", "csv",
+                                 check=0).stdout)
+    text = cli("result", "--results", campaign, "--workload", "fno", check=0).stdout  # rich's drawing: no golden
     assert text.splitlines()[0].strip() == "fno"
     for cell in ("Timesteps/s", "TrainTimesteps/second", "PeakMemory GiB", "Energy/device Wh", "3,757.0", "max-autotune"):
         assert cell in text
 
 
 def test_derived_columns(campaign):
-    rows = json.loads(caraml("result", "--results", campaign, "--format", "rows-json", check=0).stdout)
+    rows = json.loads(cli("result", "--results", campaign, "--format", "rows-json", check=0).stdout)
     llm = {r["devices"]: r for r in rows if r["workload"] == "llm_training" and r["system"] == "H100"}
     assert (llm[8]["tp"], llm[8]["pp"], llm[8]["dp"]) == (2, 1, 4)
     assert llm[4]["time_per_iteration_s"] == pytest.approx(256 * 2048 / 400_000)
@@ -84,15 +85,15 @@ def test_derived_columns(campaign):
 
 
 def test_where_and_columns(campaign):
-    out = caraml("result", "--results", campaign, "--workload", "image_classification", "--where", "system=H100",
-                 "--where", "BatchSize/Device=64", "--columns", "system,devices,throughput", "--columns", "runs",
-                 "--format", "csv", check=0).stdout
+    out = cli("result", "--results", campaign, "--workload", "image_classification", "--where", "system=H100",
+              "--where", "BatchSize/Device=64", "--columns", "system,devices,throughput", "--columns", "runs",
+              "--format", "csv", check=0).stdout
     assert out.splitlines() == ["System,Devices,Images/s,Runs", "H100,1,2500.0,3", "H100,1,1000.0,1",
                                 "H100,4,9600.0,1", "H100,8,18000.0,1"]
-    failed = caraml("result", "--results", campaign, "--where", "status=oom", "--format", "rows-json", check=0).stdout
+    failed = cli("result", "--results", campaign, "--where", "status=oom", "--format", "rows-json", check=0).stdout
     assert [r["system"] for r in json.loads(failed)] == ["A100"]
     # a column of one workload only: the others' tables simply leave it out
-    both = caraml("result", "--results", campaign, "--columns", "system,tp", "--format", "csv", check=0).stdout
+    both = cli("result", "--results", campaign, "--columns", "system,tp", "--format", "csv", check=0).stdout
     assert "# llm_training\nSystem,TensorParallel\n" in both and "# fno\nSystem\n" in both
 
 
@@ -104,14 +105,14 @@ def test_where_and_columns(campaign):
     (("--workload", "nbody"), "no records of workload 'nbody'"),
 ])
 def test_bad_input_is_one_line_exit_2(campaign, args, says):
-    proc = caraml("result", "--results", campaign, *args, check=2)
+    proc = cli("result", "--results", campaign, *args, check=2)
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
 def test_empty_or_missing_results_folder(tmp_path):
     (tmp_path / "empty" / "runs").mkdir(parents=True)
-    assert "no run records" in caraml("result", "--results", tmp_path / "empty", check=2).stderr
-    assert "does not exist" in caraml("result", "--results", tmp_path / "nowhere", check=2).stderr
+    assert "no run records" in cli("result", "--results", tmp_path / "empty", check=2).stderr
+    assert "does not exist" in cli("result", "--results", tmp_path / "nowhere", check=2).stderr
 
 
 def test_corrupt_and_half_written_records_are_named_and_skipped(tmp_path):
@@ -121,6 +122,6 @@ def test_corrupt_and_half_written_records_are_named_and_skipped(tmp_path):
     good = sorted(runs.glob("*.json"))[0]
     (runs / "half.json").write_text(good.read_text()[:200])
     (runs / "notschema.json").write_text(json.dumps({"workload": "fno", "status": "ok"}))
-    proc = caraml("result", "--results", results, "--format", "csv", check=0)
+    proc = cli("result", "--results", results, "--format", "csv", check=0)
     assert "half.json" in proc.stderr and "notschema.json" in proc.stderr
     assert "2,000.0" not in proc.stdout and "RBC2D" in proc.stdout and "800M" in proc.stdout
