@@ -21,8 +21,17 @@ from caraml.kit.optim import KERNELS
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
 from caraml.workloads.image_classification.config import (
-    BACKENDS, COMPILE_MODES, COMPILE_SCOPES, COMPILERS, CONVENTIONS, DATA, IPU_PRECISIONS, PRECISIONS,
-    ClassificationConfig, check_combination)
+    BACKENDS,
+    COMPILE_MODES,
+    COMPILE_SCOPES,
+    COMPILERS,
+    CONVENTIONS,
+    DATA,
+    IPU_PRECISIONS,
+    PRECISIONS,
+    ClassificationConfig,
+    check_combination,
+)
 
 
 @lru_cache(maxsize=1)

@@ -85,7 +85,7 @@ class ClassificationConfig:
     """poptorch: micro-batches accumulated per weight update (formerly gradient_accumulation)"""
 
     @classmethod
-    def from_params(cls, values: dict[str, Any]) -> "ClassificationConfig":
+    def from_params(cls, values: dict[str, Any]) -> ClassificationConfig:
         return typed_fields(cls, values)
 
     @property
