@@ -532,14 +532,15 @@ def test_ipu_epochs_ask_to_stop_at_every_step_and_keep_the_epochs_done():
     cfg = replace(_config(backend="poptorch", precision="16.16", compile="none", convention="caraml-epochs"),
                   batch_size=2, replicas=2, grad_accumulation=2, dataset_size=24, warmup_epochs=1, epochs=3)
     bench = object.__new__(IpuBench)  # poptorch is not here: the epochs' loop alone, over a step that counts
-    bench.cfg, steps = cfg, []
+    bench.cfg, bench.times, bench.at, steps = cfg, None, None, []
     bench.step = lambda: steps.append(1)
     asked = iter(range(1, 100))
     bench.run_extra(lambda: next(asked) == 3 * 2 + 1)  # 24 // 8 = 3 steps per epoch; stop in the third epoch
     out = bench.details()
     epochs = out["caraml_epochs"]
     assert len(steps) == 7 and out["global_batch_size"] == 8 and out["ipu"]["gradient_accumulation"] == 2
-    assert (epochs["epochs"], epochs["steps_per_epoch"], epochs["stopped"]) == (1, 3, True)
+    assert (epochs["epochs"], epochs["steps_per_epoch"]) == (1, 3)
+    assert epochs["stopped_in"] == {"epoch": 2, "warmup": False, "part": "train", "steps_done": 1, "steps": 3}
     assert out["caraml_images_per_s"]["value"] == pytest.approx(24 / epochs["epoch_time_s"][0])
 
 

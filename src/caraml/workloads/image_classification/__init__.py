@@ -89,8 +89,8 @@ PARAMS = [
           choices=BACKENDS),
     Param("replicas", int, 1, "poptorch: model replicas over the IPUs (data parallel inside one process)",
           minimum=1),
-    Param("grad_accumulation", int, 1, "poptorch: micro-batches accumulated per weight update", minimum=1,
-          aliases=("gradient_accumulation",)),
+    Param("grad_accumulation", int, 1, "poptorch: micro-batches accumulated per weight update (the LLM's name; "
+          "gradient_accumulation still accepted)", minimum=1, aliases=("gradient_accumulation",)),
 ]
 
 PRESETS = {

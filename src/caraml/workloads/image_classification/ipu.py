@@ -105,6 +105,7 @@ class IpuBench:
                               flops_convention=FLOPS_CONVENTION, precision=PEAK_PRECISION[cfg.precision],
                               compiled=True, compile_setup_s=compile_s)
         self.times = None
+        self.at = None  # [epoch index, steps done in it] while the epochs run
         if cfg.epochs_asked:
             self.extra_phase = "caraml-epochs"
 
@@ -118,16 +119,18 @@ class IpuBench:
 
         steps = ipu_steps_per_epoch(self.cfg)
 
-        def train(_epoch):
+        def train(epoch):
+            self.at = [epoch, 0]
             for _ in range(steps):
                 self.step()
+                self.at[1] += 1
                 yield
 
         self.times = run_epochs(self.cfg.warmup_epochs + self.cfg.epochs, train, lambda _epoch: (),
                                 lambda: None, should_stop)
 
     def details(self) -> dict:
-        return ipu_details(self.cfg, self.times)
+        return ipu_details(self.cfg, self.times, self.at)
 
     def close(self) -> None:
         try:
@@ -145,8 +148,9 @@ def ipu_steps_per_epoch(cfg) -> int:
     return max(1, cfg.dataset_size // global_batch(cfg))
 
 
-def ipu_details(cfg, times) -> dict:
-    """The record's metrics of an IPU run; `times`: the epochs' caraml.kit.epochs.EpochTimes, or None."""
+def ipu_details(cfg, times, at=None) -> dict:
+    """The record's metrics of an IPU run; `times`: the epochs' caraml.kit.epochs.EpochTimes, or None; `at`:
+    [epoch index, steps done in it] when the epochs ran."""
     images = global_batch(cfg)
     model_type, partials_type = precision_types(cfg.precision)
     out = {"global_batch_size": images,
@@ -168,9 +172,18 @@ def ipu_details(cfg, times) -> dict:
         out["caraml_epochs"] = {"epochs": len(epoch_times), "epochs_asked": cfg.epochs,
                                 "warmup_epochs": cfg.warmup_epochs, "steps_per_epoch": steps,
                                 "epoch_time_s": epoch_times, "images_per_s": rates,
-                                "stopped": bool(times is not None and times.stopped)}
+                                "stopped_in": _stopped_in(cfg, at, steps) if times is not None and times.stopped
+                                else None}
         out["epochs"] = len(epoch_times)
     return out
+
+
+def _stopped_in(cfg, at, steps: int) -> dict:
+    """Where a stop came, as the torch path says it: the epoch (CARAML's number), warm-up or not, the steps done."""
+    epoch, done = at
+    warmup = epoch < cfg.warmup_epochs
+    return {"epoch": epoch if warmup else epoch - cfg.warmup_epochs + 1, "warmup": warmup, "part": "train",
+            "steps_done": done, "steps": steps}
 
 
 def _with_loss():
