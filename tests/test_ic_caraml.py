@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import signal
 import threading
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import handmade
 from caraml import cli
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
+from caraml.workloads.image_classification.ipu import caraml_accumulation
 from conftest import HANG_S, caraml, cli_env, records_in
-from caraml.workloads._ipu import caraml_accumulation
 from power_trees import moving_counter, rapl_tree
 
 GLOBAL_BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
@@ -65,9 +66,9 @@ def test_dry_run_matches_caraml_layout(system, tmp_path, capsys):
         assert (p["nodes"], devices // p["nodes"]) == (nodes, per_node)
         assert (params["workers"], p["time_limit"], p["launcher"]) == (workers, "01:20:00", "torchrun")
         assert params["backend"] == ("poptorch" if ipu else "torch")
-        gbs = params["batch_size"] * devices * params["gradient_accumulation"]
+        gbs = params["batch_size"] * devices * params["grad_accumulation"]
         accumulation = caraml_accumulation(gbs) if ipu else 1  # the suite's expression agrees with the table
-        assert params["gradient_accumulation"] == accumulation
+        assert params["grad_accumulation"] == accumulation
         by_batch[gbs] = params["batch_size"]
         lines = sbatch(scripts[p["id"]])
         assert (lines["nodes"], lines["ntasks-per-node"], lines["cpus-per-task"]) == (str(nodes), "1", str(threads))
@@ -302,16 +303,11 @@ def test_caraml_columns_in_result(caraml_run, tmp_path):
 
 
 def _bench(preset=None, **params):
-    import torch
-
-    from caraml.contract import RunContext
-    from caraml.distributed import DistContext
-    from caraml.runner import RunSpec, resolve_params
-    from caraml.workloads.image_classification import build
+    from caraml.runner import RunSpec, build_bench
 
     given = {"model": "resnet18", "image_size": 16, "batch_size": 2, "data": "synthetic-device", **params}
-    _, values = resolve_params(RunSpec("image_classification", {k: str(v) for k, v in given.items()}, preset=preset))
-    return build(values, RunContext(torch.device("cpu"), values["seed"], DistContext()))
+    return build_bench(RunSpec("image_classification", {k: str(v) for k, v in given.items()}, preset=preset),
+                       device="cpu")
 
 
 @pytest.mark.parametrize("precision, grad_scaler, expected", [
@@ -340,6 +336,97 @@ def test_caraml_preset_formats_the_model_only_and_steps_the_lr_per_epoch():
     bench.close()
     assert (epochs["epochs"], len(epochs["warmup_time_s"]), epochs["train_images"]) == (2, 1, 3)
     assert epochs["last_lr"] == pytest.approx(0.01 * 0.1 ** 2)  # stepped after each measured epoch only
+
+
+# stopping CARAML's epochs ------------------------------------------------------------------------------
+EPOCHS_TINY = {"precision": "fp32", "compile": "none", "dataset_size": 8, "val_split": 0.25, "epochs": 3,
+               "warmup_epochs": 1, "workers": 0}  # batch 2: 6 training images (3 steps), 2 validation (1 step)
+
+
+def test_caraml_epochs_ask_to_stop_at_every_step():
+    bench = _bench("caraml", **EPOCHS_TINY)
+    asked = []
+    bench.run_extra(lambda: asked.append(1) or False)
+    epochs = bench.details()["caraml_epochs"]
+    bench.close()
+    assert len(asked) == (1 + 3) * (3 + 1)  # every training and validation step of every epoch
+    assert (epochs["epochs"], epochs["completed"], epochs["stopped_in"]) == (3, True, None)
+
+
+def test_a_stop_inside_an_epoch_keeps_the_epochs_completed_and_says_where_it_came():
+    import itertools
+
+    bench = _bench("caraml", **EPOCHS_TINY)
+    calls = itertools.count(1)
+    bench.run_extra(lambda: next(calls) == 4 * 2 + 2)  # the second training step of the third epoch
+    out = bench.details()
+    bench.close()
+    epochs = out["caraml_epochs"]
+    assert (epochs["epochs"], epochs["warmup_epochs"], epochs["completed"]) == (1, 1, False)
+    assert len(epochs["epoch_time_s"]) == 1 and len(epochs["warmup_time_s"]) == 1
+    assert epochs["stopped_in"] == {"epoch": 2, "warmup": False, "part": "train", "steps_done": 2, "steps": 3}
+    assert out["caraml_images_per_s"]["value"] == pytest.approx(8 / epochs["epoch_time_s"][0])
+    assert out["epochs"] == 1
+    assert epochs["last_lr"] == pytest.approx(0.01)  # StepLR(10): one measured epoch, no step down
+
+
+def _until(proc, text: str, timeout: float = 240) -> str:
+    """stderr read line by line until `text` (an event, not a fixed sleep)."""
+    import time
+
+    seen, deadline = "", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen += line
+        if text in line or not line:
+            break
+    return seen
+
+
+# Epochs of 100,000 FakeData images: hours on a CPU, so only a stop at a step ends them in time.
+LONG_EPOCHS = ("convention=caraml-epochs", "image_size=32", "dataset_size=100000", "epochs=3", "warmup_epochs=1",
+               "workers=0", "power=off")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_sigterm_during_caraml_epochs_leaves_an_interrupted_record_at_once(results, ranks):
+    import subprocess
+    import sys
+    import time
+
+    launch = [sys.executable, "-m", "caraml"] if ranks == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29548", "-m",
+         "caraml"]
+    proc = subprocess.Popen([*launch, "run", "image_classification", "--preset", "smoke", *LONG_EPOCHS,
+                             "--results", str(results), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=cli_env(OMP_NUM_THREADS=1))
+    try:
+        seen = _until(proc, "caraml: caraml-epochs")
+        assert "caraml-epochs" in seen, seen[-3000:]
+        proc.send_signal(signal.SIGTERM)  # torchrun passes it on to each rank once
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert took < 60, f"{took:.0f} s from SIGTERM to exit\n{err[-3000:]}"
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, seen + err[-3000:]
+    record = json.loads(lines[-1])
+    m = record["metrics"]
+    assert record["status"] == "interrupted" and "SIGTERM" in record["error"], record["error"]
+    assert "caraml-epochs" in record["error"]
+    assert record["launch"]["world_size"] == ranks
+    # the steady state measured before the epochs is kept
+    assert m["measured_steps"] == 8 and m["throughput"]["value"] > 0 and m["units"] == 16 * 8 * ranks
+    epochs = m["caraml_epochs"]
+    assert (epochs["epochs"], epochs["completed"], epochs["warmup_epochs"]) == (0, False, 0)
+    assert epochs["stopped_in"]["epoch"] == 0 and epochs["stopped_in"]["warmup"] is True
+    assert epochs["stopped_in"]["part"] == "train" and 0 < epochs["stopped_in"]["steps_done"] < 100
+    assert m["caraml_images_per_s"]["value"] is None
+    assert [r["status"] for r in records_in(results)] == ["interrupted"]
 
 
 # the harness's phase for a workload's own measurement --------------------------------------------------
@@ -377,8 +464,9 @@ def test_harness_runs_the_workloads_own_phase_after_the_window_and_stops_it():
     from caraml.distributed import DistContext
     from caraml.measure.harness import Measurement, run_steps
     from caraml.measure.stops import StopRequested
+    from caraml.settings import MeasureSettings
 
-    p = {"warmup_steps": 2, "measure_steps": 3, "measure_seconds": 0.0}
+    p = MeasureSettings(warmup_steps=2, measure_steps=3)
     with StopRequested() as stop:
         bench, m, monitor = _EpochsBench(), Measurement(), _Marks()
         run_steps(bench, p, torch.device("cpu"), DistContext(), m, stop, monitor)
@@ -395,30 +483,68 @@ def test_harness_runs_the_workloads_own_phase_after_the_window_and_stops_it():
 # the Graphcore path ------------------------------------------------------------------------------------
 def test_gc200_accumulation_and_precisions():
     from caraml.errors import BadInput
-    from caraml.workloads import _ipu
+    from caraml.workloads.image_classification import ipu
 
-    assert {g: _ipu.caraml_accumulation(g) for g in GC200_ACCUMULATION} == GC200_ACCUMULATION
+    assert {g: ipu.caraml_accumulation(g) for g in GC200_ACCUMULATION} == GC200_ACCUMULATION
     with pytest.raises(BadInput, match="not 48"):
-        _ipu.caraml_accumulation(48)
-    assert [_ipu.precision_types(p) for p in ("16.16", "16.32", "32.32")] == \
+        ipu.caraml_accumulation(48)
+    assert [ipu.precision_types(p) for p in ("16.16", "16.32", "32.32")] == \
         [("half", "half"), ("half", "float"), ("float", "float")]
-    assert _ipu.PEAK_PRECISION == {"16.16": "fp16", "16.32": "fp16", "32.32": "fp32"}
+    assert ipu.PEAK_PRECISION == {"16.16": "fp16", "16.32": "fp16", "32.32": "fp32"}
     with pytest.raises(BadInput, match="not an IPU precision"):
-        _ipu.precision_types("bf16")
+        ipu.precision_types("bf16")
+
+
+def _config(**given):
+    from caraml.runner import RunSpec, resolve
+
+    return resolve(RunSpec("image_classification", given)).config
 
 
 def test_ipu_parameters_go_together():
+    from dataclasses import replace
+
     from caraml.workloads.image_classification import check_combination, check_launch
 
-    base = {"backend": "torch", "precision": "fp16", "compile": "trace", "replicas": 1, "gradient_accumulation": 1}
+    base = _config(precision="fp16", compile="trace")
     assert check_combination(base) is None
-    assert "needs backend=poptorch" in check_combination(base | {"precision": "16.16"})
-    assert "replicas=4 applies to backend=poptorch" in check_combination(base | {"replicas": 4})
-    ipu = base | {"backend": "poptorch", "precision": "16.32", "compile": "none", "replicas": 4}
+    assert "needs backend=poptorch" in check_combination(replace(base, precision="16.16"))
+    assert "replicas=4 applies to backend=poptorch" in check_combination(replace(base, replicas=4))
+    assert "grad_accumulation=2 applies to backend=poptorch" in check_combination(replace(base, grad_accumulation=2))
+    ipu = replace(base, backend="poptorch", precision="16.32", compile="none", replicas=4)
     assert check_combination(ipu) is None and check_launch(ipu, 1) is None
     assert "launch 1 process, not 4" in check_launch(ipu, 4)
-    assert "use compile=none" in check_combination(ipu | {"compile": "trace"})
-    assert "IPU precisions" in check_combination(ipu | {"precision": "bf16"})
+    assert "use compile=none" in check_combination(replace(ipu, compile="trace"))
+    assert "IPU precisions" in check_combination(replace(ipu, precision="bf16"))
+
+
+def test_grad_accumulation_is_the_llms_name_and_the_former_one_is_still_accepted():
+    from caraml.errors import BadInput
+
+    assert _config(backend="poptorch", precision="16.16", gradient_accumulation="4").grad_accumulation == 4
+    assert _config(backend="poptorch", precision="16.16", grad_accumulation="8").grad_accumulation == 8
+    with pytest.raises(BadInput, match="former name of 'grad_accumulation'"):
+        _config(gradient_accumulation="2", grad_accumulation="2")
+
+
+def test_ipu_epochs_ask_to_stop_at_every_step_and_keep_the_epochs_done():
+    from dataclasses import replace
+
+    from caraml.workloads.image_classification.ipu import IpuBench
+
+    cfg = replace(_config(backend="poptorch", precision="16.16", compile="none", convention="caraml-epochs"),
+                  batch_size=2, replicas=2, grad_accumulation=2, dataset_size=24, warmup_epochs=1, epochs=3)
+    bench = object.__new__(IpuBench)  # poptorch is not here: the epochs' loop alone, over a step that counts
+    bench.cfg, bench.times, bench.at, steps = cfg, None, None, []
+    bench.step = lambda: steps.append(1)
+    asked = iter(range(1, 100))
+    bench.run_extra(lambda: next(asked) == 3 * 2 + 1)  # 24 // 8 = 3 steps per epoch; stop in the third epoch
+    out = bench.details()
+    epochs = out["caraml_epochs"]
+    assert len(steps) == 7 and out["global_batch_size"] == 8 and out["ipu"]["gradient_accumulation"] == 2
+    assert (epochs["epochs"], epochs["steps_per_epoch"]) == (1, 3)
+    assert epochs["stopped_in"] == {"epoch": 2, "warmup": False, "part": "train", "steps_done": 1, "steps": 3}
+    assert out["caraml_images_per_s"]["value"] == pytest.approx(24 / epochs["epoch_time_s"][0])
 
 
 @pytest.mark.subprocess
@@ -430,6 +556,6 @@ def test_choosing_the_ipu_path_without_poptorch_is_one_line(results):
     except ImportError:
         pass
     proc = caraml("run", "image_classification", "backend=poptorch", "precision=16.16", "compile=none", "replicas=4",
-                  "gradient_accumulation=4", "power=off", "--system", "GC200", "--results", results, check=2)
+                  "grad_accumulation=4", "power=off", "--system", "GC200", "--results", results, check=2)
     assert proc.stderr.count("\n") == 1 and "needs Graphcore's poptorch" in proc.stderr
     assert not (results / "runs").exists() or records_in(results) == []

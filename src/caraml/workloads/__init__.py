@@ -58,8 +58,8 @@ class Workload:
 
     def config_of(self, values: dict[str, Any]):
         """The typed config of resolved parameter values (a run's, or a sweep point's)."""
-        if self.config is None:  # a workload that reads the flat values itself
-            return dict(values)
+        if self.config is None:  # a workload without a config class gets its own parameters' values, no others
+            return {p.name: values[p.name] for p in self.params if p.name in values}
         return self.config.from_params(values)
 
     def parallel_dims(self, config, world: int):
@@ -91,8 +91,7 @@ def require_built(wl: Workload) -> None:
 
 
 def _modules() -> dict[str, str]:
-    """Workload name -> module: this package's modules by their names (those starting with _ hold parts of
-    workloads), then entry points."""
+    """Workload name -> module: this package's modules and packages by their names, then entry points."""
     found = {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
     try:
         from importlib.metadata import entry_points

@@ -4,7 +4,8 @@ FakeData images (made and converted per sample by the DataLoader workers, as tor
 train and validation sets, a DistributedSampler per set, pinned memory, persistent workers. Each epoch trains
 over the train set, steps the learning rate and validates; its images/s is the whole data set's size over the
 epoch's wall time on rank 0. Warm-up epochs come first and are not counted; the figure is the mean over the
-measured epochs. A module of its own because it imports torch at the top (the workload module must not).
+measured epochs. The loop is the kit's (caraml.kit.epochs.run_epochs), run as the harness's extra phase: a stop
+is asked for at every training and validation step, and a stopped run keeps the epochs it completed.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import torch
 from torch.utils.data import DataLoader, random_split
 from torch.utils.data.distributed import DistributedSampler
 
-from caraml.workloads.image_classification import logits
-from caraml.workloads._synthetic import ignore_stop_signals
+from caraml.kit.epochs import run_epochs
+from caraml.workloads.image_classification.config import ClassificationConfig
+from caraml.workloads.image_classification.model import logits
+from caraml.workloads.image_classification.synthetic import ignore_stop_signals
 
 CONVENTION = ("caraml-epochs: images/s of an epoch = dataset_size (train + validation images, all ranks) / that "
               "epoch's wall time on rank 0 (training, learning-rate step, validation; device synchronised), mean "
@@ -31,23 +34,23 @@ def split_sizes(dataset_size: int, val_split: float) -> tuple[int, int]:
     return dataset_size - val, val
 
 
-def fake_data(p: dict, seed: int):
+def fake_data(cfg: ClassificationConfig, seed: int):
     """The train and validation sets: FakeData of 3 x image_size^2 float images in [0, 1] (ToTensor)."""
     import torchvision
     from torchvision import transforms
 
-    data = torchvision.datasets.FakeData(size=p["dataset_size"], image_size=(3, p["image_size"], p["image_size"]),
-                                         num_classes=min(FAKE_CLASSES, p["num_classes"]),
+    data = torchvision.datasets.FakeData(size=cfg.dataset_size, image_size=(3, cfg.image_size, cfg.image_size),
+                                         num_classes=min(FAKE_CLASSES, cfg.num_classes),
                                          transform=transforms.ToTensor())
     # One split for all ranks (CARAML's differs per rank, by its per-rank seed; the images are alike).
-    return random_split(data, list(split_sizes(p["dataset_size"], p["val_split"])),
+    return random_split(data, list(split_sizes(cfg.dataset_size, cfg.val_split)),
                         generator=torch.Generator().manual_seed(seed))
 
 
-def loader(data, p: dict, dist, pin: bool, shuffle: bool) -> DataLoader:
+def loader(data, cfg: ClassificationConfig, dist, pin: bool, shuffle: bool) -> DataLoader:
     sampler = DistributedSampler(data, num_replicas=dist.world_size, rank=dist.rank) if dist.world_size > 1 else None
-    workers = p["workers"]
-    return DataLoader(data, batch_size=p["batch_size"], shuffle=shuffle and sampler is None, sampler=sampler,
+    workers = cfg.workers
+    return DataLoader(data, batch_size=cfg.batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
                       num_workers=workers, pin_memory=pin, persistent_workers=workers > 0,
                       worker_init_fn=ignore_stop_signals if workers > 0 else None)
 
@@ -91,89 +94,102 @@ class EpochRunner:
     """CARAML's epochs on a ClassificationBench's model, optimizer, scaler and train step."""
 
     def __init__(self, bench):
-        p = bench.p
-        self.bench, self.p = bench, p
+        cfg = bench.cfg
+        self.bench, self.cfg = bench, cfg
         start = time.perf_counter()
-        train, val = fake_data(p, p["seed"])
+        train, val = fake_data(cfg, bench.seed)
         pin = bench.device.type == "cuda"
-        self.train = loader(train, p, bench.dist, pin, shuffle=True)
-        self.val = loader(val, p, bench.dist, pin, shuffle=False)
-        step, gamma = p["lr_step_epochs"], p["lr_gamma"]
+        self.train = loader(train, cfg, bench.dist, pin, shuffle=True)
+        self.val = loader(val, cfg, bench.dist, pin, shuffle=False)
+        step, gamma = cfg.lr_step_epochs, cfg.lr_gamma
         self.scheduler = torch.optim.lr_scheduler.StepLR(bench.optimizer, step, gamma) if step > 0 else None
         self.input_format = bench.input_format
         self.sizes = (len(train), len(val))
         self.setup_s = time.perf_counter() - start
         self.epoch_times: list[float] = []
         self.warmup_times: list[float] = []
+        self.last_train_loss = self.last_val_loss = None
+        self.stopped_in = None  # where a stop came: the epoch, its part and the steps of that part done
+        self._at = None
 
     def _sync(self):
         if self.bench.device.type == "cuda":
             torch.cuda.synchronize(self.bench.device)
 
-    def train_epoch(self, epoch: int) -> float:
-        b = self.bench
-        if isinstance(self.train.sampler, DistributedSampler):
-            self.train.sampler.set_epoch(epoch)
-        b.model.train()
-        loss = float("nan")
-        for x, y in on_device(self.train, b.device, self.input_format):
-            loss = mean_over_ranks(b._train(x, y), b.dist)
-        return loss
+    def _number(self, epoch: int) -> tuple[bool, int]:
+        """(warm-up?, CARAML's number) of the loop's epoch index: warm-up epochs 0.., then measured ones 1.."""
+        warmup = epoch < self.cfg.warmup_epochs
+        return warmup, epoch if warmup else epoch - self.cfg.warmup_epochs + 1
 
-    def validate(self) -> float:
+    def _train_steps(self, epoch: int):
+        b = self.bench
+        _, number = self._number(epoch)
+        if isinstance(self.train.sampler, DistributedSampler):
+            self.train.sampler.set_epoch(number)
+        b.model.train()
+        self._at = [epoch, "train", 0]
+        for x, y in on_device(self.train, b.device, self.input_format):
+            self.last_train_loss = mean_over_ranks(b._train(x, y), b.dist)
+            self._at[2] += 1
+            yield
+
+    def _val_steps(self, epoch: int):
         b = self.bench
         b.model.eval()
+        self._at = [epoch, "validation", 0]
         total, batches = torch.zeros((), device=b.device), 0
-        with torch.no_grad():
-            for x, y in on_device(self.val, b.device, self.input_format):
-                with b.autocast():
-                    total += b.criterion(logits(b.model(x)), y).float()
-                batches += 1
+        for x, y in on_device(self.val, b.device, self.input_format):
+            with torch.no_grad(), b.autocast():  # per step: a stop leaves no grad mode behind
+                total += b.criterion(logits(b.model(x)), y).float()
+            batches += 1
+            self._at[2] += 1
+            yield
         b.model.train()
-        return mean_over_ranks(total / max(1, batches), b.dist)
+        self.last_val_loss = mean_over_ranks(total / max(1, batches), b.dist)
 
-    def epoch(self, number: int, measured: bool) -> float:
-        start = time.perf_counter()
-        self.last_train_loss = self.train_epoch(number)
-        if measured and self.scheduler is not None:
-            self.scheduler.step()  # CARAML steps it after training, before validating, in measured epochs only
-        self.last_val_loss = self.validate()
-        self._sync()
-        return time.perf_counter() - start
+    def _end_of_epoch(self, epoch: int) -> None:
+        # CARAML steps StepLR after training, in measured epochs only (validation does not read the lr).
+        if not self._number(epoch)[0] and self.scheduler is not None:
+            self.scheduler.step()
 
     def run(self, should_stop) -> None:
-        p = self.p
-        for number in range(p["warmup_epochs"]):
-            self.warmup_times.append(self.epoch(number, measured=False))
-            if should_stop():
-                return
-        for number in range(1, p["epochs"] + 1):
-            self.epoch_times.append(self.epoch(number, measured=True))
-            if should_stop():
-                return
+        cfg = self.cfg
+        try:
+            times = run_epochs(cfg.warmup_epochs + cfg.epochs, self._train_steps, self._val_steps, self._sync,
+                               should_stop, self._end_of_epoch)
+        finally:
+            self.bench.model.train()
+        for epoch, (train_s, val_s) in enumerate(zip(times.train_s, times.val_s)):
+            (self.warmup_times if self._number(epoch)[0] else self.epoch_times).append(train_s + val_s)
+        if times.stopped and self._at is not None:
+            epoch, part, steps = self._at
+            warmup, number = self._number(epoch)
+            self.stopped_in = {"epoch": number, "warmup": warmup, "part": part, "steps_done": steps,
+                               "steps": len(self.train if part == "train" else self.val)}
 
     def close(self) -> None:
         self.train = self.val = None  # stops the persistent workers
 
     def results(self) -> dict:
         """The record's metrics: caraml_images_per_s (with its convention) and the epochs behind it."""
-        p = self.p
-        rates = [p["dataset_size"] / t for t in self.epoch_times if t > 0]
+        cfg = self.cfg
+        rates = [cfg.dataset_size / t for t in self.epoch_times if t > 0]
         value = statistics.fmean(rates) if rates else None
         done = len(self.epoch_times)
         return {
             "caraml_images_per_s": {"value": value, "unit": "images/s", "convention": CONVENTION},
             "caraml_epochs": {
-                "epochs": done, "epochs_asked": p["epochs"], "completed": done == p["epochs"],
-                "warmup_epochs": len(self.warmup_times), "dataset_size": p["dataset_size"],
-                "train_images": self.sizes[0], "val_images": self.sizes[1], "batch_size": p["batch_size"],
-                "workers": p["workers"], "epoch_time_s": self.epoch_times, "images_per_s": rates,
+                "epochs": done, "epochs_asked": cfg.epochs, "completed": done == cfg.epochs,
+                "warmup_epochs": len(self.warmup_times), "dataset_size": cfg.dataset_size,
+                "train_images": self.sizes[0], "val_images": self.sizes[1], "batch_size": cfg.batch_size,
+                "workers": cfg.workers, "epoch_time_s": self.epoch_times, "images_per_s": rates,
                 "warmup_time_s": self.warmup_times, "data_setup_s": self.setup_s,
                 "last_lr": self.bench.optimizer.param_groups[0]["lr"],
-                "train_loss": getattr(self, "last_train_loss", None),  # a NaN is stored as null (strict JSON)
-                "val_loss": getattr(self, "last_val_loss", None),
+                "train_loss": self.last_train_loss,  # a NaN is stored as null (strict JSON)
+                "val_loss": self.last_val_loss,
+                # None: not stopped; else the epoch (CARAML's number, warm-up or measured) and the step a stop ended
+                "stopped_in": self.stopped_in,
                 "timed_on": "each rank; the record is rank 0's",
             },
             "epochs": done,
         }
-

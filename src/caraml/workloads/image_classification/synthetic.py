@@ -1,6 +1,6 @@
-"""Synthetic host data, in a module of its own: it imports torch at the top, so the workload modules
-(imported to declare parameters) stay light, and the dataset class stays picklable for DataLoader
-workers started with spawn or forkserver."""
+"""Synthetic host data, in a module of its own: it imports torch at the top, so the declaration (imported to
+list and check parameters) stays light, and the dataset class stays picklable for DataLoader workers started
+with spawn or forkserver."""
 
 from __future__ import annotations
 

@@ -1,0 +1,190 @@
+"""Image-classification training: any torchvision classifier, SGD, synthetic data; CARAML's settings as a preset.
+
+`build` returns a `Bench` whose `step()` runs one training step without synchronising the device; the harness
+owns timing, warm-up and the record. Two conventions: `steady` (ours: the harness's steady-state images/s) and
+`caraml-epochs` (also CARAML's figure: FakeData epochs of train + validation, images/s = data set size / epoch
+time, mean after the warm-up epochs, run as the harness's extra phase and stoppable at every step; epochs.py),
+reported apart as `caraml_images_per_s`. With `backend=poptorch` the same workload runs on Graphcore IPUs
+(CARAML's GC200 runs; ipu.py).
+
+Declaring the workload imports no torch: the typed config is config.py; the Bench (bench.py), the torchvision
+model (model.py), the FLOP count (flops.py), the epochs (epochs.py), the PopTorch Bench (ipu.py) and the
+synthetic host data (synthetic.py) are loaded by `build`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from caraml.errors import BadInput
+from caraml.kit.optim import KERNELS
+from caraml.params import Param
+from caraml.workloads import Col, Workload, register
+from caraml.workloads.image_classification.config import (
+    BACKENDS,
+    COMPILE_MODES,
+    COMPILE_SCOPES,
+    COMPILERS,
+    CONVENTIONS,
+    DATA,
+    IPU_PRECISIONS,
+    PRECISIONS,
+    ClassificationConfig,
+    check_combination,
+)
+
+
+@lru_cache(maxsize=1)
+def classification_models() -> tuple[str, ...]:
+    import torchvision
+
+    return tuple(torchvision.models.list_models(module=torchvision.models))
+
+
+def _check_model(name: str) -> str | None:
+    known = classification_models()
+    if name in known:
+        return None
+    return "is not a torchvision classification model; choose one of: " + ", ".join(known)
+
+
+PARAMS = [
+    Param("model", str, "resnet50", "torchvision classification model", check=_check_model, headline=True),
+    Param("image_size", int, 224, "height and width of the square input images", minimum=16, headline=True),
+    Param("num_classes", int, 1000, "classifier outputs", minimum=2),
+    Param("batch_size", int, 64, "images per device per step (poptorch: per replica per micro-batch)", minimum=1,
+          headline=True),
+    Param("precision", str, "fp32", "fp32, tf32 (matmul/conv in TF32), fp16 (autocast+GradScaler), bf16 (autocast); "
+          "IPU (backend=poptorch): 16.16, 16.32, 32.32 (model.partials)", choices=PRECISIONS + IPU_PRECISIONS,
+          headline=True),
+    Param("compile", str, "none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS,
+          headline=True),
+    Param("compile_mode", str, "default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES,
+          headline=True),
+    Param("compile_scope", str, "model", "compile the model, or the whole train step", choices=COMPILE_SCOPES),
+    Param("channels_last", bool, False, "NHWC memory format for model and inputs", headline=True),
+    Param("data", str, "synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",
+          choices=DATA, headline=True),
+    Param("workers", int, 4, "DataLoader worker processes for data=synthetic-host", minimum=0),
+    Param("cudnn_benchmark", bool, True, "let cuDNN pick the fastest convolution algorithms (warm-up)"),
+    Param("lr", float, 0.1, "SGD learning rate", minimum=0.0),
+    Param("momentum", float, 0.9, "SGD momentum", minimum=0.0),
+    Param("weight_decay", float, 1e-4, "SGD weight decay", minimum=0.0),
+    Param("sgd_impl", str, "foreach", "SGD kernels: foreach (PyTorch's default), fused (one kernel), for-loop",
+          choices=KERNELS),
+    Param("channels_last_inputs", bool, True, "with channels_last: convert the input batches too (CARAML converts "
+          "only the model)"),
+    Param("grad_scaler", str, "fp16", "gradient scaling: fp16 (fp16 only, PyTorch's defaults) or caraml (fp16 and "
+          "bf16, initial scale 1, growth every 100 steps, as CARAML)", choices=("fp16", "caraml")),
+    Param("cudnn_tf32", str, "auto", "TF32 convolutions on NVIDIA GPUs: auto (with precision=tf32 only) or on "
+          "(PyTorch's default, kept by CARAML: its fp32 runs convolve in TF32)", choices=("auto", "on")),
+    Param("convention", str, "steady", "steady: our steady-state images/s; caraml-epochs: also CARAML's epochs "
+          "(FakeData, train + validation, images/s = dataset_size / epoch time) as caraml_images_per_s",
+          choices=CONVENTIONS),
+    Param("epochs", int, 100, "caraml-epochs: measured epochs", minimum=1),
+    Param("warmup_epochs", int, 5, "caraml-epochs: epochs before the measured ones, not counted", minimum=0),
+    Param("dataset_size", int, 10000, "caraml-epochs: FakeData images (train + validation)", minimum=2),
+    Param("val_split", float, 0.1, "caraml-epochs: fraction of the images held out for validation", minimum=0.0,
+          check=lambda v: None if v < 1 else "must be below 1 (a fraction of the data set)"),
+    Param("lr_step_epochs", int, 10, "caraml-epochs: StepLR period in epochs (0: constant learning rate)",
+          minimum=0),
+    Param("lr_gamma", float, 0.1, "caraml-epochs: StepLR factor", minimum=0.0),
+    Param("backend", str, "torch", "torch, or poptorch (Graphcore IPUs through PopTorch, as CARAML's GC200 runs)",
+          choices=BACKENDS),
+    Param("replicas", int, 1, "poptorch: model replicas over the IPUs (data parallel inside one process)",
+          minimum=1),
+    Param("grad_accumulation", int, 1, "poptorch: micro-batches accumulated per weight update (the LLM's name; "
+          "gradient_accumulation still accepted)", minimum=1, aliases=("gradient_accumulation",)),
+]
+
+PRESETS = {
+    # Small enough to finish in well under a minute on two CPU cores.
+    "smoke": {"model": "resnet18", "image_size": 64, "num_classes": 100, "batch_size": 16,
+              "data": "synthetic-device", "workers": 0, "warmup_steps": 2, "measure_steps": 8},
+    # CARAML's setting: ResNet50 on 224x224 images, data generated on the host.
+    "default": {"model": "resnet50", "image_size": 224, "num_classes": 1000, "batch_size": 64,
+                "data": "synthetic-host"},
+    # CARAML's image_classification_torch.py as its JUBE file runs it: fp16, TorchScript trace, channels_last on
+    # the model, plain SGD at lr 0.01 with StepLR(10, 0.1), gradient scaling for fp16 and bf16, cuDNN left at
+    # PyTorch's defaults, seed 1234 + rank; 5 + 100 FakeData epochs timed as CARAML does, besides our steady
+    # state; energy also written as CARAML's per-node CSVs.
+    "caraml": {"model": "resnet50", "image_size": 224, "num_classes": 1000, "batch_size": 64, "precision": "fp16",
+               "compile": "trace", "channels_last": True, "channels_last_inputs": False, "data": "synthetic-host",
+               "cudnn_benchmark": False, "cudnn_tf32": "on", "lr": 0.01, "momentum": 0.0, "weight_decay": 0.0,
+               "grad_scaler": "caraml", "convention": "caraml-epochs", "epochs": 100, "warmup_epochs": 5,
+               "dataset_size": 10000, "val_split": 0.1, "lr_step_epochs": 10, "lr_gamma": 0.1, "seed": 1234,
+               "energy_files": "caraml"},
+}
+
+
+def check_launch(cfg: ClassificationConfig, devices: int) -> str | None:
+    problem = check_combination(cfg)
+    if problem is None and cfg.ipu and devices != 1:
+        problem = (f"backend=poptorch drives all IPUs from one process (replicas={cfg.replicas}); "
+                   f"launch 1 process, not {devices}")
+    return problem
+
+
+def check_device(cfg: ClassificationConfig, device) -> None:
+    problem = check_combination(cfg)
+    if problem:
+        raise BadInput(problem)
+    if cfg.ipu:
+        from caraml.workloads.image_classification.ipu import require_poptorch
+
+        require_poptorch()
+        return
+    from caraml.kit.precision import check_precision
+
+    check_precision(cfg.precision, device)
+
+
+def build(cfg: ClassificationConfig, ctx):
+    """The Bench of a run: PyTorch on CPUs and GPUs, PopTorch on Graphcore IPUs."""
+    if cfg.ipu:
+        from caraml.workloads.image_classification.ipu import IpuBench
+
+        return IpuBench(cfg, ctx)
+    from caraml.workloads.image_classification.bench import ClassificationBench
+
+    return ClassificationBench(cfg, ctx)
+
+
+WORKLOAD = register(Workload(
+    name="image_classification",
+    unit="images",
+    params=PARAMS,
+    presets=PRESETS,
+    build=build,
+    config=ClassificationConfig,
+    check_device=check_device,
+    check_launch=check_launch,
+    description="Image-classification training (torchvision models, ResNet50 by default), synthetic data",
+    # CARAML's columns (its JUBE result table, in its order; those it shows always are shown by default), then ours.
+    columns=(Col("job_id", "JobID", "shared:job_id", default=False), "system",
+             Col("version", "Version", "shared:version", default=False),
+             Col("queue", "Queue", "shared:queue", default=False),
+             Col("runtime_s", "Runtime(s)", "shared:runtime_s", default=False),
+             Col("model", "Model", "param:model"),
+             Col("dataset", "Dataset", "metric:dataset", "word", default=False),
+             "nodes", "devices",
+             Col("tasks_per_node", "Tasks/Node", "shared:tasks_per_node", default=False),
+             Col("threads_per_task", "Threads/Task", "shared:threads_per_task", default=False),
+             Col("workers", "Workers", "param:workers", "int", default=False),
+             "global_batch_size",
+             Col("batch_size", "BatchSize/Device", "param:batch_size", "int"),
+             Col("epochs", "Epoch", "metric:epochs", "int", default=False),
+             Col("precision", "Precision", "param:precision"),
+             Col("caraml_images_per_s", "Images/second", "metric:caraml_images_per_s.value", default="if-any"),
+             Col("energy_file", "EnergyFile", "shared:energy_file", default=False),
+             Col("compile", "Compiler", "param:compile"),
+             Col("compile_mode", "CompileMode", "param:compile_mode"),
+             Col("compile_scope", "TrainOptim", "param:compile_scope", default=False),
+             Col("channels_last", "ChannelsLast", "param:channels_last", "bool"),
+             "throughput", "energy_wh", "ours",
+             Col("convention", "Convention", "param:convention", default=False),
+             Col("image_size", "ImageSize", "param:image_size", "int", default=False),
+             Col("data", "Data", "param:data", default=False)),
+    metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_epochs",
+             "epochs", "ipu"),
+))
