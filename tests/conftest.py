@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from slurm_cluster import slurm_cluster  # noqa: F401 (a session fixture: one cluster for all tests)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import caraml
 
-from caraml.campaign import expr, suite as suite_mod, tags
+from caraml.campaign import expr, tags
+from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
 from caraml.errors import BadInput
-from conftest import caraml
 
 
 @pytest.mark.parametrize("text, active, expected", [

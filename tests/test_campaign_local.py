@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import caraml, records_in
 
 pytestmark = pytest.mark.subprocess

@@ -7,11 +7,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import caraml
 
 from caraml import systems
-from caraml.campaign import container, jobscript, suite as suite_mod
+from caraml.campaign import container, jobscript
+from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import SweepPoint, expand
-from conftest import caraml
 
 GOLDEN = Path(__file__).parent / "golden"
 OPTS = jobscript.JobOptions(results="/scratch/caraml results", python="/usr/bin/python3", source="/opt/caraml/src")

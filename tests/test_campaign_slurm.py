@@ -5,9 +5,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from conftest import HANG_S, caraml, cli_env, records_in
-from slurm_cluster import needs_slurm, queue as _queue, wait_for as _wait
+from slurm_cluster import needs_slurm
+from slurm_cluster import queue as _queue
+from slurm_cluster import wait_for as _wait
 
 pytestmark = [needs_slurm, pytest.mark.multiprocess]  # slurm: slow, subprocess; jobs run torchrun
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import HANG_S, caraml, cli, cli_env, records_in, wait_until
 
 SUITE = """

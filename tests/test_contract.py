@@ -7,13 +7,13 @@ a fake process group whose ranks disagree, repeats that are not symmetric, a bas
 from __future__ import annotations
 
 import pytest
+from handmade import record
 
 from caraml.contract import BenchInfo, RunContext
-from caraml.parallel_dims import ParallelDims
 from caraml.errors import BadInput
 from caraml.measure.harness import Measurement, metrics
+from caraml.parallel_dims import ParallelDims
 from caraml.settings import RUN_PARAMS
-from handmade import record
 
 
 class FakeDist:

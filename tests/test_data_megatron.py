@@ -8,11 +8,11 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import SHARED_DATA, caraml, cli_env
 
 from caraml.data.megatron import GPTSamples, IndexedDataset, IndexedDatasetWriter, locate, read_index
 from caraml.data.tokenizer import GPT2Tokenizer
 from caraml.errors import BadInput
-from conftest import SHARED_DATA, caraml, cli_env
 
 REAL_IDX = SHARED_DATA / "oscar_text_document.idx"
 REAL_VOCAB, REAL_MERGES = SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt"

@@ -17,10 +17,9 @@ import sys
 import threading
 import time
 
+import handmade
 import pytest
 import torch
-
-import handmade
 from conftest import HANG_S, ROOT, caraml, cli_env, records_in
 
 PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from caraml import params, systems
-from caraml.campaign import expr, state, suite as suite_mod, sweep
+from caraml.campaign import expr, state, sweep
 from caraml.cli import main
 from caraml.errors import BadInput
 

@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import caraml, cli_env
+from handmade import image, record, write
 
 from caraml.campaign import sweep
 from caraml.cli import main
 from caraml.results import plots
 from caraml.results.select import select
 from caraml.results.store import Store
-from conftest import caraml, cli_env
-from handmade import image, record, write
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:

@@ -10,15 +10,15 @@ import signal
 import threading
 from pathlib import Path
 
-import pytest
-
 import handmade
+import pytest
+from conftest import HANG_S, caraml, cli_env, records_in
+from power_trees import moving_counter, rapl_tree
+
 from caraml import cli
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
 from caraml.workloads.image_classification.ipu import caraml_accumulation
-from conftest import HANG_S, caraml, cli_env, records_in
-from power_trees import moving_counter, rapl_tree
 
 GLOBAL_BATCHES = (32, 64, 128, 256, 512, 1024, 2048)
 # CARAML's image_classification_torch_benchmark.xml, per system tag:

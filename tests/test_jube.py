@@ -12,9 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import handmade
+import pytest
 from conftest import HANG_S, ROOT, caraml, cli, cli_env
 from slurm_cluster import needs_slurm, wait_for
 

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import HANG_S, ROOT, SHARED_DATA, caraml, cli_env
 
 from caraml.errors import BadInput

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import HAS_NVML
+from power_trees import grace_tree, rapl_tree, set_energy
 
 from caraml.power.backends import Unavailable, amd, grace, ipu, nvml, rapl
-from power_trees import grace_tree, rapl_tree, set_energy
 
 
 def test_rapl_keeps_package_and_dram_only(tmp_path):

@@ -9,11 +9,11 @@ import signal
 import time
 
 import pytest
+from conftest import HAS_NVML, caraml, cli_env, records_in, wait_until
+from power_trees import grace_tree, rapl_tree, set_energy
 
 from caraml.errors import BadInput
 from caraml.power import Monitor, measure
-from conftest import HAS_NVML, caraml, cli_env, records_in, wait_until
-from power_trees import grace_tree, rapl_tree, set_energy
 
 pytestmark = pytest.mark.subprocess  # the monitor is a process of its own; the rest run `caraml`
 

@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import cli_env
 
 from caraml.params import resolve
 from caraml.power.run_monitor import monitor_for_run
 from caraml.power.settings import POWER_PARAMS, PowerSettings
-from conftest import cli_env
 
 
 def test_settings_import_loads_no_torch_numpy_or_backend():

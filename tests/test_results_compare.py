@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import caraml, cli
 from handmade import populate
 from test_results_tables import golden

@@ -8,15 +8,15 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from caraml.power import energy as E
-from caraml.results.aggregate import Point
-from caraml.settings import MEASUREMENT_KEYS
-from caraml.results.energy import energy_of, read_timeseries
-from caraml.results.plots import device_lines
 from conftest import caraml, cli_env
 from handmade import image, write_power_csv
 from power_trees import moving_counter, rapl_tree
+
+from caraml.power import energy as E
+from caraml.results.aggregate import Point
+from caraml.results.energy import energy_of, read_timeseries
+from caraml.results.plots import device_lines
+from caraml.settings import MEASUREMENT_KEYS
 
 
 def _summary(host, watts, seconds=10.0):

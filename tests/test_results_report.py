@@ -7,10 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from caraml.results.plots import pareto_front, phase_spans
 from conftest import CHROMIUM, HANG_S, caraml, cli
 from handmade import populate
+
+from caraml.results.plots import pareto_front, phase_spans
 
 
 @pytest.fixture(scope="module")

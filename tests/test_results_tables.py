@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import caraml, cli, records_in
 from handmade import populate
 

@@ -9,9 +9,9 @@ import sys
 import time
 
 import pytest
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in
 
 from caraml.results.record import validate
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in
 
 pytestmark = pytest.mark.subprocess  # every test here runs `caraml run`
 

@@ -7,8 +7,9 @@ import json
 import subprocess
 import sys
 
-from caraml.results.record import validate
 from conftest import ROOT, caraml, cli_env
+
+from caraml.results.record import validate
 
 PLUGINS = ROOT / "tests" / "plugins"
 

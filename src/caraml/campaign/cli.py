@@ -90,7 +90,8 @@ def _positive(text: str) -> int:
 
 
 def sweep_command(args) -> int:
-    from caraml.campaign import suite as suite_mod, sweep
+    from caraml.campaign import suite as suite_mod
+    from caraml.campaign import sweep
     from caraml.campaign.executors import get_executor
     from caraml.params import parse_assignments
 

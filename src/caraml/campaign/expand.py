@@ -8,12 +8,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from caraml import params as params_mod, systems, workloads
+from caraml import params as params_mod
+from caraml import systems, workloads
 from caraml.campaign import expr, launchers
 from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
 from caraml.errors import BadInput, shown
-from caraml.settings import RUN_PARAMS
 from caraml.results.record import config_id
+from caraml.settings import RUN_PARAMS
 
 MAX_POINTS = 10_000  # a sweep beyond this is a typo more often than a plan (`caraml sweep --max-points N`)
 

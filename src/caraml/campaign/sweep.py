@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from caraml import systems, workloads
-from caraml.campaign import expand as expand_mod, launchers, suite as suite_mod
+from caraml.campaign import expand as expand_mod
+from caraml.campaign import launchers
+from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import SweepPoint, time_limit_seconds  # noqa: F401 (callers import it from here)
 from caraml.errors import BadInput
 from caraml.results import record as rec

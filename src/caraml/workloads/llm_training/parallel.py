@@ -35,8 +35,7 @@ def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
     laid out head by head), wo and w2 by input rows;
     with sequence parallelism the norms work on sequence shards, gathered before and scattered after."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel)
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
     seq = Shard(1) if sequence_parallel else Replicate()
     plan = {
