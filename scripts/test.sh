@@ -15,6 +15,8 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[test,hdf5]'
+# The linter first: seconds, and a finding fails the run before the tests start (rules: pyproject.toml).
+.venv/bin/ruff check --output-format concise .
 # Everything: the fast selection on both cores, then the slow SLURM/JUBE/browser tests in one process
 # (they share one SLURM cluster). Plain `pytest` runs the fast selection alone; the inner loop while editing:
 # pytest -m "not subprocess and not multiprocess" (markers: tests/conftest.py, pyproject.toml).
