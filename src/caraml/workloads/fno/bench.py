@@ -25,7 +25,7 @@ from caraml.kit.data_parallel import wrap_ddp
 from caraml.kit.epochs import EpochTimes, run_epochs
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, grad_scaler, matmul_tf32_allowed, precision_in_use
-from caraml.training import backward_and_step
+from caraml.kit.step import backward_and_step
 from caraml.workloads.fno import COMPILE_MODES, files, flops
 from caraml.workloads.fno.config import FNOConfig
 from caraml.workloads.fno.model import build_model, count_parameters

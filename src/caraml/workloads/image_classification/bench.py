@@ -16,7 +16,7 @@ from caraml.kit.compile import TORCH_COMPILERS, compile_options
 from caraml.kit.data_parallel import wrap_ddp
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, check_precision, grad_scaler, precision_in_use
-from caraml.training import backward_and_step
+from caraml.kit.step import backward_and_step
 from caraml.workloads.image_classification.config import ClassificationConfig
 from caraml.workloads.image_classification.flops import FLOPS_CONVENTION, count_flops_per_image
 from caraml.workloads.image_classification.model import logits, make_model

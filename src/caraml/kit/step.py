@@ -1,4 +1,4 @@
-"""Pieces of a training step that workloads share (kept free of torch imports at module level)."""
+"""One training step's backward and optimizer step, shared by the workloads (no torch import at module level)."""
 
 from __future__ import annotations
 
