@@ -32,47 +32,14 @@ class ClassificationBench:
         self.cfg, self.device, self.dist, self.seed = cfg, device, dist, ctx.seed
         check_precision(cfg.precision, device)
         torch.manual_seed(ctx.seed + dist.rank)
-
-        if device.type == "cuda":
-            tf32 = cfg.precision == "tf32"
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32 or cfg.cudnn_tf32 == "on"
-            torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
-        self.math = {
-            "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-        }
+        self.math = self._set_math(cfg, device)
         # A ResNet's FLOPs are nearly all convolutions: TF32 by cuDNN's flag.
         self.precision_in_use = precision_in_use(cfg.precision, device, tf32_allowed=self.math["cudnn_tf32"])
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.input_format = self.memory_format if cfg.channels_last_inputs else torch.contiguous_format
-
-        model = make_model(cfg.model, cfg.num_classes)
-        model = model.to(device=device, memory_format=self.memory_format).train()
-        self.criterion = torch.nn.CrossEntropyLoss()
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                         weight_decay=cfg.weight_decay, **kernel_flags(cfg.sgd_impl))
-        self.autocast = autocast(cfg.precision, device)
-        self.scaler = grad_scaler(cfg.precision, device, caraml=cfg.grad_scaler == "caraml")
-
+        model = self._model_and_optimizer(cfg, device)
         self._data = self._make_data()
-        self.compile_setup_s = 0.0
-        if cfg.compile == "trace":
-            start = time.perf_counter()
-            x, _ = self._pool[0] if self._pool else self._next_batch()
-            with self.autocast():
-                model = torch.jit.trace(model, x, check_trace=False, strict=False)
-            self.compile_setup_s = time.perf_counter() - start
-        self.model = wrap_ddp(model, device, dist.world_size, gradient_as_bucket_view=True)
-        self._train = self._train_step
-        if cfg.compile in TORCH_COMPILERS:
-            options = compile_options(cfg.compile, cfg.compile_mode)
-            if cfg.compile_scope == "model":
-                self.model = torch.compile(self.model, **options)
-            else:
-                self._train = torch.compile(self._train_step, **options)
-
+        self._compile(model)
         self.info = BenchInfo(
             units_per_step=cfg.batch_size, unit="images",
             flops_per_unit=count_flops_per_image(cfg.model, cfg.num_classes, cfg.image_size),
@@ -80,6 +47,51 @@ class ClassificationBench:
             compile_setup_s=self.compile_setup_s)
         self.epochs = None
         self.extra_phase = "caraml-epochs" if cfg.epochs_asked else None
+
+    # setup ----------------------------------------------------------------------------------
+    @staticmethod
+    def _set_math(cfg: ClassificationConfig, device) -> dict:
+        """TF32 and cuDNN autotuning as asked (on GPUs), and what is in effect."""
+        if device.type == "cuda":
+            tf32 = cfg.precision == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32 or cfg.cudnn_tf32 == "on"
+            torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+        return {
+            "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        }
+
+    def _model_and_optimizer(self, cfg: ClassificationConfig, device):
+        """The model on the device in its memory format, with its loss, SGD, autocast and gradient scaler."""
+        model = make_model(cfg.model, cfg.num_classes)
+        model = model.to(device=device, memory_format=self.memory_format).train()
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                         weight_decay=cfg.weight_decay, **kernel_flags(cfg.sgd_impl))
+        self.autocast = autocast(cfg.precision, device)
+        self.scaler = grad_scaler(cfg.precision, device, caraml=cfg.grad_scaler == "caraml")
+        return model
+
+    def _compile(self, model) -> None:
+        """TorchScript tracing (before DDP, timed here), DDP, then torch.compile of the model or the step."""
+        cfg = self.cfg
+        self.compile_setup_s = 0.0
+        if cfg.compile == "trace":
+            start = time.perf_counter()
+            x, _ = self._pool[0] if self._pool else self._next_batch()
+            with self.autocast():
+                model = torch.jit.trace(model, x, check_trace=False, strict=False)
+            self.compile_setup_s = time.perf_counter() - start
+        self.model = wrap_ddp(model, self.device, self.dist.world_size, gradient_as_bucket_view=True)
+        self._train = self._train_step
+        if cfg.compile in TORCH_COMPILERS:
+            options = compile_options(cfg.compile, cfg.compile_mode)
+            if cfg.compile_scope == "model":
+                self.model = torch.compile(self.model, **options)
+            else:
+                self._train = torch.compile(self._train_step, **options)
 
     # data -----------------------------------------------------------------------------------
     def _make_data(self):

@@ -3,7 +3,7 @@ parallelism, sequence parallelism, activation recompute, fp16/bf16 with fp32 mas
 
 This module only declares the workload (parameters, presets, layout checks, result columns) and imports
 no torch; the parameters resolve into the typed `TrainingConfig` of config.py (torch-free too), which every
-function here and the bench read. model.py, parallel.py and train.py (the bench) are loaded when a run builds
+function here and the bench read. model.py, parallel.py and bench.py are loaded when a run builds
 the benchmark.
 """
 
@@ -149,7 +149,7 @@ def check_device(cfg: TrainingConfig, device) -> None:
 
 
 def build(cfg: TrainingConfig, ctx):
-    from caraml.workloads.llm_training.train import GPTBench
+    from caraml.workloads.llm_training.bench import GPTBench
 
     return GPTBench(cfg, ctx)
 
