@@ -198,7 +198,7 @@ def summary(by: dict) -> dict:
         return row.get("samples_per_s") if row.get("status") == "ok" else None
 
     out = {"speedup_vs_eager": {}, "caraml_over_plain": {}, "goals": {}}
-    for name, row in by.items():
+    for name, _row in by.items():
         spec = POINTS[name]
         if "caraml" in spec:
             twin = name.replace("_caraml_", "_plain_").replace("_power_off", "").replace("_epochs", "_compiled")

@@ -70,8 +70,10 @@ def run(name: str, spec, results: Path, timeout: float) -> dict:
             "step_p10_ms": ((m.get("step_time_s") or {}).get("p10") or 0) * 1e3,
             "step_p90_ms": ((m.get("step_time_s") or {}).get("p90") or 0) * 1e3,
             "tflops_per_device": m.get("tflops_per_device"), "mfu": m.get("mfu"),
-            "compile_s": (m.get("warmup") or {}).get("compile_s"), "peak_memory_gb": (m.get("peak_memory_bytes") or 0) / 1e9,
-            "energy_wh": (m.get("energy") or {}).get("total_wh"), "images_per_wh": (m.get("energy") or {}).get("units_per_wh"),
+            "compile_s": (m.get("warmup") or {}).get("compile_s"),
+            "peak_memory_gb": (m.get("peak_memory_bytes") or 0) / 1e9,
+            "energy_wh": (m.get("energy") or {}).get("total_wh"),
+            "images_per_wh": (m.get("energy") or {}).get("units_per_wh"),
             "avg_power_w": (m.get("energy") or {}).get("avg_power_w"),
             "wall_s": took, "error": out.get("error"), "command": "caraml " + " ".join(cmd[3:-3]),
             "env": {k: out["env"].get(k) for k in ("torch", "torchvision", "cuda", "cudnn", "driver", "python")}}
@@ -103,7 +105,7 @@ def main() -> None:
     print(f"{'point':<26} {'status':<8} {'img/s':>8} {'ratio':>6} {'med ms':>7} {'p90 ms':>7} {'MFU':>6} "
           f"{'compile s':>9} {'img/Wh':>8} {'W':>5} {'wall s':>6}")
     for r in rows:
-        def f(key, fmt):
+        def f(key, fmt, r=r):
             v = r.get(key)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"
         print(f"{r['name']:<26} {r['status'][:8]:<8} {f('images_per_s', '8.0f')} {f('ratio_to_plain', '6.3f')} "

@@ -3,8 +3,8 @@
     PYTHONPATH=src python3 bench/llm_bench.py [--out DIR] [--only NAME,...] [--steps N] [--warmup N]
 
 CARAML's 800M GPT (16 layers, 2048 wide, 16 heads, sequence 2048, vocabulary 50257 padded to 50304),
-bf16 autocast with fp32 master weights, forward and loss compiled as one graph, fused AdamW, clipping at norm 1, synthetic
-tokens on the GPU. Points, in this order (each caraml point is its own process; the plain ones run here):
+bf16 autocast with fp32 master weights, forward and loss compiled as one graph, fused AdamW, clipping at norm 1,
+synthetic tokens on the GPU. Points, in this order (each caraml point is its own process; the plain ones run here):
 
     caraml            caraml run llm_training --preset 800M precision=bf16 compile=inductor recompute=none
     caraml_selective  the same with the preset's recompute=selective (the attention core is recomputed)
@@ -70,9 +70,9 @@ def rates(tokens_per_s: float | None) -> dict:
 # caraml run, one process per point --------------------------------------------------------------------------------
 def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int, timeout: float,
                  micro: int | None = None) -> dict:
-    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *RUN["caraml"], "precision=bf16", f"attention={ATTENTION}",
-           f"micro_batch_size={micro or MICRO}", f"warmup_steps={warmup}", f"measure_steps={steps}", *extra,
-           "--results", str(out / "results"), "--json"]
+    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *RUN["caraml"], "precision=bf16",
+           f"attention={ATTENTION}", f"micro_batch_size={micro or MICRO}", f"warmup_steps={warmup}",
+           f"measure_steps={steps}", *extra, "--results", str(out / "results"), "--json"]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     print(f"llm_bench: {name}: caraml {' '.join(cmd[3:-4])}", file=sys.stderr, flush=True)
@@ -292,7 +292,7 @@ def main() -> None:
     print(f"{'point':<18} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} {'ratio':>6} {'peak GiB':>8} "
           f"{'compile s':>9} {'wall s':>6}")
     for r in rows:
-        def f(key, fmt):
+        def f(key, fmt, r=r):
             v = r.get(key)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"
         print(f"{r['name']:<18} {r['status'][:8]:<8} {f('tokens_per_s', '10.0f')} {f('tflops_6n', '8.1f')} "

@@ -130,7 +130,7 @@ def run_point(name: str, steps: int, warmup: int, out: Path) -> dict:
                             "category": category(evt.key)}
     try:
         prof.export_chrome_trace(str(out / f"trace-{name}.json"))
-    except Exception as exc:  # the trace is a convenience; the table above is the result
+    except Exception as exc:  # noqa: BLE001 - the trace is a convenience; the table above is the result
         print(f"llm_profile: {name}: no trace ({exc})", file=sys.stderr)
     by_category: dict[str, float] = {}
     for k in kernels.values():
@@ -156,8 +156,8 @@ def compare(a: dict, b: dict, top: int = 25) -> list[str]:
     lines = [f"{b['name']} - {a['name']}: {b['device_ms_median'] - a['device_ms_median']:+.2f} ms per iteration "
              f"(kernels {b['kernel_ms_per_step'] - a['kernel_ms_per_step']:+.2f} ms)"]
     for delta, n, ka, kb in rows[:top]:
-        lines.append(f"  {delta:+8.3f} ms  calls {ka.get('calls_per_step', 0):6.1f} -> {kb.get('calls_per_step', 0):6.1f}"
-                     f"  {n[:110]}")
+        lines.append(f"  {delta:+8.3f} ms  calls {ka.get('calls_per_step', 0):6.1f} -> "
+                     f"{kb.get('calls_per_step', 0):6.1f}  {n[:110]}")
     return lines
 
 
@@ -168,8 +168,8 @@ def summary(rows: list[dict]) -> list[str]:
             lines.append(f"{r['name']}: {r.get('status')} {str(r.get('error', ''))[-600:]}")
             continue
         lines.append(f"{r['name']}: micro {r['micro_batch_size']}, {r['device_ms_median']:.2f} ms per iteration "
-                     f"(device), host issues one in {r['host_ms_median']:.2f} ms, kernels {r['kernel_ms_per_step']:.2f} "
-                     f"ms, peak {r.get('peak_memory_gib') or 0:.1f} GiB")
+                     f"(device), host issues one in {r['host_ms_median']:.2f} ms, "
+                     f"kernels {r['kernel_ms_per_step']:.2f} ms, peak {r.get('peak_memory_gib') or 0:.1f} GiB")
         for c, ms in r["by_category"].items():
             lines.append(f"    {c:<20} {ms:9.2f} ms  {ms / r['kernel_ms_per_step']:6.1%}")
         top = sorted(r["kernels"].items(), key=lambda kv: -kv[1]["ms_per_step"])[:12]

@@ -79,9 +79,10 @@ def main() -> None:
     (out / "scaling.md").write_text(caraml("compare", "--by", "devices", "--results", str(results),
                                            "--format", "markdown").stdout)
     caraml("plot", "scaling", "--results", str(results), "--out", str(out))
-    print(f"{'GPUs':>4} {'status':<11} {'img/s':>9} {'img/s/GPU':>9} {'weak eff':>8} {'Wh':>7} {'img/Wh':>8} {'devs':>4}")
+    print(f"{'GPUs':>4} {'status':<11} {'img/s':>9} {'img/s/GPU':>9} {'weak eff':>8} {'Wh':>7} {'img/Wh':>8} "
+          f"{'devs':>4}")
     for r in rows:
-        def f(key, fmt):
+        def f(key, fmt, r=r):
             v = r.get(key)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"
         print(f"{r['gpus']:>4} {r['status']:<11} {f('images_per_s', '9.0f')} {f('images_per_s_per_gpu', '9.0f')} "

@@ -1,8 +1,8 @@
 """A real single-node SLURM cluster for the tests: slurmctld and slurmd started by a session fixture.
 
 Tests that use it are marked `slurm` (conftest adds it for the fixture; `needs_slurm` is the same marker),
-which skips them without slurmctld or root and makes them slow; the daemons run as root with auth/none, on free ports, with
-their state in a temporary folder, and are stopped by their pid files when the session ends.
+which skips them without slurmctld or root and makes them slow; the daemons run as root with auth/none, on free
+ports, with their state in a temporary folder, and are stopped by their pid files when the session ends.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ vars:
   global_batch_size: 4
 derived:
   batch_size: global_batch_size // devices
-  measure_steps: "100000 if image_size == 32 else 2"  # the first point runs far past its time limit; the second is quick
+  measure_steps: "100000 if image_size == 32 else 2"  # the first point runs far past its time limit; \
+the second is quick
   time_limit: "'{limit}' if measure_steps > 100 else '00:10:00'"  # the quick point has room on a busy machine
 """
 

@@ -194,7 +194,8 @@ def test_run_record_is_the_one_record_shape():
 def test_repeats_are_summarised_by_the_median_not_the_mean():
     from caraml.results.aggregate import group
 
-    runs = [record("image_classification", "H100", {"batch_size": 64}, t, started=f"2026-01-0{i + 1}T00:00:00.000+00:00")
+    runs = [record("image_classification", "H100", {"batch_size": 64}, t,
+                   started=f"2026-01-0{i + 1}T00:00:00.000+00:00")
             for i, t in enumerate([100.0, 110.0, 400.0])]  # one slow outlier the other way would pull a mean
     [point] = group(runs)
     assert point.throughput == 110.0

@@ -46,7 +46,8 @@ def test_grace_channels_named_and_scoped(tmp_path):
     backend = grace.make(str(tmp_path))
     devices = {d.name: d for d in backend.open()}
     assert len(devices) == 8
-    assert devices["Module Power Socket 1"].kind == "module" and "includes the GPU" in devices["Module Power Socket 1"].scope
+    assert (devices["Module Power Socket 1"].kind == "module"
+            and "includes the GPU" in devices["Module Power Socket 1"].scope)
     assert devices["Grace Power Socket 0"].kind == "cpu"
     assert devices["SysIO Power Socket 0"].kind == "cpu-part"
     assert backend.read()["grace:Module Power Socket 0"] == (600.0, None)

@@ -63,7 +63,8 @@ def test_two_ranks_on_one_node_are_not_double_counted():
 
 
 def test_two_nodes_add_up_keyed_by_host_and_uuid():
-    both = E.combine([_node("n1", ["GPU-a", "GPU-b"]), _node("n2", ["GPU-c", "GPU-d"]), _node("n2", ["GPU-c", "GPU-d"])])
+    both = E.combine([_node("n1", ["GPU-a", "GPU-b"]), _node("n2", ["GPU-c", "GPU-d"]),
+                      _node("n2", ["GPU-c", "GPU-d"])])
     assert len(both["devices"]) == 4 and both["duplicates_dropped"] == 2
     assert both["total_wh"] == pytest.approx(4 * 100 * 5 / 3600)
     assert both["phases"]["warmup"]["wh"] == pytest.approx(4 * 100 * 2 / 3600)
@@ -76,7 +77,8 @@ def test_grace_module_includes_gpu_so_gpu_not_added():
     ts = [0.0, 1.0, 2.0]
     spans = E.windows([("measure", 0.0)], 2.0)
     gpu = E.device_summary(_device("GPU-a"), ts, [300] * 3, [0, 300, 600], spans)
-    module = E.device_summary(_device("Module Power Socket 0", "grace", "module", False), ts, [500] * 3, [None] * 3, spans)
+    module = E.device_summary(_device("Module Power Socket 0", "grace", "module", False), ts, [500] * 3, [None] * 3,
+                              spans)
     grace = E.device_summary(_device("Grace Power Socket 0", "grace", "cpu", False), ts, [150] * 3, [None] * 3, spans)
     rail = E.device_summary(_device("CPU Power Socket 0", "grace", "cpu-part", False), ts, [80] * 3, [None] * 3, spans)
     out = E.combine([{"host": "gh", "phases": spans, "devices": [gpu, module, grace, rail]}])

@@ -238,4 +238,5 @@ def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     text = str(exc)
-    return any(s in text for s in ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "can't allocate memory", "HIP out of memory"))
+    return any(s in text for s in ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "can't allocate memory",
+                                   "HIP out of memory"))

@@ -47,7 +47,8 @@ def check_precision(precision: str, device) -> None:
         major, minor = torch.cuda.get_device_capability(device)
         name = torch.cuda.get_device_name(device)
         if precision == "tf32" and not hip and major < 8:
-            raise BadInput(f"precision=tf32 needs an NVIDIA GPU of compute capability >= 8.0; {name} is {major}.{minor}")
+            raise BadInput(f"precision=tf32 needs an NVIDIA GPU of compute capability >= 8.0; "
+                           f"{name} is {major}.{minor}")
         if precision == "bf16" and not torch.cuda.is_bf16_supported():
             raise BadInput(f"precision=bf16 is not supported on {name}; use fp16 or fp32")
         if precision == "fp16" and not hip and (major, minor) < (5, 3):

@@ -181,8 +181,8 @@ def metrics(info, dims, dist, m: Measurement, peak_tflops: float | None, interru
         "peak_tflops": peak_tflops,
         "mfu": mfu,
         "parallel": dims.as_dict(),
-        "throughput_source": "this rank's window x data-parallel size (interrupted)" if interrupted and dist.world_size > 1
-        else "all ranks",
+        "throughput_source": "this rank's window x data-parallel size (interrupted)"
+        if interrupted and dist.world_size > 1 else "all ranks",
     }
 
 

@@ -96,8 +96,8 @@ def device_summary(device: dict, ts: list[float], ps: list, es: list, phases: li
         counted = counter_delta(ts, es, a, b) if has_counter else None
         integrated = integrate(ts, ps, a, b) if has_power else None
         energy = counted if has_counter else integrated
-        per_phase[name] = {"energy_j": energy, "counter_j": counted, "integrated_j": integrated,
-                           "duration_s": b - a, "avg_power_w": energy / (b - a) if energy is not None and b > a else None}
+        per_phase[name] = {"energy_j": energy, "counter_j": counted, "integrated_j": integrated, "duration_s": b - a,
+                           "avg_power_w": energy / (b - a) if energy is not None and b > a else None}
     out["whole"] = per_phase.pop("all")
     out["energy_j"] = out["whole"]["energy_j"]
     out["phases"] = per_phase
@@ -270,7 +270,8 @@ def table(energy: dict) -> str:
     rows = [("host", "device", "uuid", "source", "Wh", "avg W", "peak W", "total", "scope")]
     fmt = lambda v, spec: format(v, spec) if isinstance(v, (int, float)) else "-"  # noqa: E731
     for d in energy.get("devices", []):
-        total = "yes" if d.get("in_total") else ("in " + d["counted_in"].split(" (")[0] if d.get("counted_in") else "no")
+        total = "yes" if d.get("in_total") else (
+            "in " + d["counted_in"].split(" (")[0] if d.get("counted_in") else "no")
         rows.append((str(d["host"]), d["name"], d["uuid"][:20], d.get("source") or "-", fmt(d["energy_wh"], ".4f"),
                      fmt(d["avg_power_w"], ".1f"), fmt(d["peak_power_w"], ".1f"), total,
                      d.get("note") or d.get("reason") or d["scope"]))

@@ -1,8 +1,8 @@
 """The parent side of the power monitor: `Monitor` starts `python -m caraml.power.sampler` (a process of
 its own, one per node), sends it phase marks and reads its node summary at the end.
 
-It never lets the monitor break the benchmark: a backend that dies mid-run is recorded, a monitor that dies or hangs is killed after a timeout, and what was lost is
-said in the result.
+It never lets the monitor break the benchmark: a backend that dies mid-run is recorded, a monitor that dies or
+hangs is killed after a timeout, and what was lost is said in the result.
 """
 
 from __future__ import annotations

@@ -179,7 +179,8 @@ def tables(cmp: Comparison) -> list[Table]:
                 keys.append(f"{name}:efficiency")
                 headers.append(f"{name} efficiency")
                 styles.append("pct")
-    main = Table(title=f"{cmp.workload}: by {cmp.by}, ratios (×) to the baseline {base}", keys=keys, headers=headers, styles=styles)
+    main = Table(title=f"{cmp.workload}: by {cmp.by}, ratios (×) to the baseline {base}", keys=keys, headers=headers,
+                 styles=styles)
     for cfg, cell in cmp.rows:
         row = _config_cells(cmp, cfg, cell)
         for g in cmp.groups:

@@ -38,7 +38,8 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 
 def _img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode()
-    return f'<figure><img alt="{escape(alt)}" src="data:image/png;base64,{data}"><figcaption>{escape(alt)}</figcaption></figure>'
+    return (f'<figure><img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
+            f'<figcaption>{escape(alt)}</figcaption></figure>')
 
 
 def _section_workload(workload: str, points) -> list[str]:

@@ -119,9 +119,9 @@ def _row(record: dict, path: Path) -> tuple:
     metrics = record.get("metrics") or {}
     tp = metrics.get("throughput") or {}
     energy = metrics.get("energy") or {}
-    return (record.get("run_id") or path.stem, record.get("id"), record.get("workload"), (record.get("system") or {}).get("tag"),
-            record.get("status"), tp.get("value"), tp.get("unit"), energy.get("total_wh"),
-            (record.get("launch") or {}).get("world_size"), record.get("started_at"),
+    return (record.get("run_id") or path.stem, record.get("id"), record.get("workload"),
+            (record.get("system") or {}).get("tag"), record.get("status"), tp.get("value"), tp.get("unit"),
+            energy.get("total_wh"), (record.get("launch") or {}).get("world_size"), record.get("started_at"),
             json.dumps(record.get("params"), sort_keys=True), str(path))
 
 

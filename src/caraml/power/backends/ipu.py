@@ -49,7 +49,8 @@ class Ipu(Backend):
             devices.append(Device(key=key, backend=self.name, name=f"Graphcore IPU {attrs.get('id', i)}", uuid=uuid,
                                   scope="IPU board power as gcipuinfo reports it", kind="accelerator", counter=False,
                                   power=has_power,
-                                  note="" if has_power else "no power value of its own (board sensor on its partner IPU)"))
+                                  note="" if has_power else ("no power value of its own "
+                                                             "(board sensor on its partner IPU)")))
         return devices
 
     def read(self):

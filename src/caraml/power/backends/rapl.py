@@ -63,7 +63,8 @@ class Rapl(Backend):
             if key in self.counters:
                 continue
             try:
-                counter = Counter(os.path.join(zone, "energy_uj"), int(_read(os.path.join(zone, "max_energy_range_uj"))))
+                counter = Counter(os.path.join(zone, "energy_uj"),
+                                  int(_read(os.path.join(zone, "max_energy_range_uj"))))
             except PermissionError:
                 raise Unavailable(f"{zone}/energy_uj is readable by root only on this machine "
                                   "(ask for read access, e.g. a udev rule, or run with another method)") from None

@@ -57,7 +57,8 @@ PARAMS = [
           check=_check_shape),
     Param("particles", int, 0, "PIC particles per sample of synthetic data; 0: the problem's 100000", minimum=0),
     Param("data", str, "synthetic", "synthetic (random tensors of the problem's shapes, made on the device) or "
-          "file (CARAML's HDF5 data set; make one with `caraml data fno-synthetic`)", choices=("synthetic", "file"), headline=True),
+          "file (CARAML's HDF5 data set; make one with `caraml data fno-synthetic`)", choices=("synthetic", "file"),
+          headline=True),
     Param("data_path", str, "", "data=file: the HDF5 file or its folder; empty: $CARAML_DATA/<CARAML's file name>"),
     Param("samples", int, 0, "data=synthetic: samples made per device (0: 5 batches, 4 train + 1 validation); "
           "data=file: the first this many samples of the file (0: all)", minimum=0),
@@ -70,7 +71,8 @@ PARAMS = [
           "ComplexMixedPrecision; CUDA, power-of-two FFT sizes)"),
     Param("complex_weights", bool, False, "keep spectral weights as torch.cfloat with complex einsums (the classic "
           "implementation, for comparison); off: real weights and real matmuls (compiles)"),
-    Param("compile", str, "none", "none (eager) or inductor (torch.compile)", choices=("none", "inductor"), headline=True),
+    Param("compile", str, "none", "none (eager) or inductor (torch.compile)", choices=("none", "inductor"),
+          headline=True),
     # reduce-overhead by default: an FNO step is hundreds of small kernels, and CUDA graphs replay them as one
     # (RBC2D training on an H200: 2.5x eager, where mode default gave 1.06x). CARAML's suite names its modes.
     Param("compile_mode", str, "reduce-overhead", "torch.compile mode for compile=inductor (reduce-overhead: CUDA "
