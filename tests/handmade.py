@@ -42,11 +42,14 @@ def record(workload: str, system: str, params: dict, throughput: float | None, *
                        "done": {"wh": energy_wh * 0.1, "duration_s": 1.0}},
             "nodes": [{"host": "node1", "timeseries": timeseries, "interval_ms": 100.0}]}
     metrics.update(extra_metrics or {})
+    # The layout the runner records for every run: dp from the tensor and pipeline sizes the params ask for.
+    tp, pp = params.get("tp", 1), params.get("pp", 1)
+    parallel = {"dp": devices // (tp * pp), "tp": tp, "pp": pp, "world": devices}
     return RunRecord.for_config(
         workload, params, {"tag": system, "detected": False, "profile": {"tag": system}},
         {"world_size": devices, "nodes": nodes, "local_world_size": devices // nodes,
          "backend": "nccl" if devices > 1 else None, "launcher": "torchrun" if devices > 1 else "single",
-         "device": "cuda:0"},
+         "device": "cuda:0", "parallel": parallel},
         status=status, started_at=started, finished_at=started, metrics=metrics,
         env={"caraml": "0.1.0", "hostname": f"{system.lower()}-node1", "torch": "2.11.0",
              "devices": [{"name": f"{system} GPU"}]},

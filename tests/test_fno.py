@@ -332,6 +332,7 @@ def _interrupted_in_the_epochs(cmd, results) -> dict:
     return record
 
 
+@pytest.mark.subprocess
 def test_sigterm_during_the_epochs_leaves_an_interrupted_record(tmp_path):
     results = tmp_path / "results"
     record = _interrupted_in_the_epochs(
@@ -340,6 +341,7 @@ def test_sigterm_during_the_epochs_leaves_an_interrupted_record(tmp_path):
     assert record["params"]["epochs"] == 100000
 
 
+@pytest.mark.multiprocess
 def test_sigterm_to_torchrun_during_the_epochs_leaves_an_interrupted_record(tmp_path):
     results = tmp_path / "results"
     record = _interrupted_in_the_epochs(

@@ -388,6 +388,7 @@ LONG_EPOCHS = ("convention=caraml-epochs", "image_size=32", "dataset_size=100000
                "workers=0", "power=off")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_sigterm_during_caraml_epochs_leaves_an_interrupted_record_at_once(results, ranks):
     import subprocess

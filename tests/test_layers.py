@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import cli_env
 
 LIGHT = ("caraml.settings", "caraml.results.aggregate", "caraml.results.columns", "caraml.results.compare",
@@ -13,6 +14,7 @@ LIGHT = ("caraml.settings", "caraml.results.aggregate", "caraml.results.columns"
          "caraml.kit.epochs")
 
 
+@pytest.mark.subprocess
 def test_declarations_results_and_campaigns_import_no_torch_nor_the_harness():
     code = ("import sys\n"
             f"for m in {LIGHT!r}: __import__(m)\n"
@@ -64,3 +66,24 @@ def test_an_old_record_groups_under_todays_parameter_names():
     assert Point("x", "fno", [old]).params == {"problem": "RBC2D", "precision": "fp32"}
     unknown = {"id": "y", "workload": "gone", "status": "ok", "params": {"amp": "off"}}
     assert Point("y", "gone", [unknown]).params == {"amp": "off"}
+
+
+def test_a_record_from_before_a_rename_is_the_same_configuration_as_todays_run():
+    """An FNO record written with amp=off (its id hashed that way) and today's precision=fp32 run are one point;
+    the stored file is not changed."""
+    from caraml.results.aggregate import current_id, group
+    from caraml.results.record import RunRecord
+
+    def record(params):
+        return RunRecord.for_config("fno", {"problem": "RBC2D", "device": "auto", **params}, {"tag": "CPU"},
+                                    {"world_size": 1, "nodes": 1}, status="ok").to_dict()
+
+    old, new = record({"amp": "off"}), record({"precision": "fp32"})
+    assert old["id"] != new["id"] and old["params"]["amp"] == "off"
+    assert current_id(old) == current_id(new) == new["id"]
+    assert [len(p.records) for p in group([old, new])] == [2]
+    llm_old = RunRecord.for_config("llm_training", {"compile": False}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1},
+                                   status="ok").to_dict()
+    llm_new = RunRecord.for_config("llm_training", {"compile": "none"}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1},
+                                   status="ok").to_dict()
+    assert current_id(llm_old) == llm_new["id"]

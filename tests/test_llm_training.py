@@ -191,6 +191,7 @@ def test_config_sections_read_the_parameters():
     assert (c.parallel.tp, c.data.source, c.data.path) == (2, "synthetic", "x/y")
 
 
+@pytest.mark.subprocess
 def test_declaration_config_and_layout_import_no_torch():
     code = ("import sys\n"
             "from caraml.runner import RunSpec, resolve\n"

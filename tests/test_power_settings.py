@@ -14,6 +14,7 @@ from caraml.power.run_monitor import monitor_for_run
 from caraml.power.settings import POWER_PARAMS, PowerSettings
 
 
+@pytest.mark.subprocess
 def test_settings_import_loads_no_torch_numpy_or_backend():
     code = ("import caraml.power.settings, sys; "
             "heavy = [m for m in sys.modules if m in ('torch', 'numpy') or m.startswith('caraml.power.backends.')]; "

@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, caraml, cli_env
 
 from caraml.results.record import validate
 
+pytestmark = pytest.mark.subprocess
 PLUGINS = ROOT / "tests" / "plugins"
 
 

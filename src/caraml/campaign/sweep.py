@@ -65,7 +65,10 @@ def one_point(suite: str, overrides: dict[str, str], system: str, tags: list[str
 
 
 def ok_ids(results: str) -> set[str]:
-    return {r.get("id") for r in Store(results).load(warn=False) if r.get("status") == "ok"}
+    """Configurations with an ok record (records from before a parameter was renamed count under today's id)."""
+    from caraml.results.aggregate import current_id
+
+    return {current_id(r) for r in Store(results).load(warn=False) if r.get("status") == "ok"}
 
 
 def check_runnable(p: Plan) -> None:

@@ -96,6 +96,23 @@ class Point:
         return {k: v for k, v in out.items() if k not in without}
 
 
+def current_id(record: dict) -> str | None:
+    """A record's configuration id under today's parameter names and values. The stored id, unless the record
+    predates a rename (FNO's amp, image classification's gradient_accumulation, the LLM's boolean compile):
+    then the id a run of that configuration gets today, so old and new runs are one configuration in tables,
+    comparisons and `sweep --resume`. The file itself is never changed."""
+    params, workload = record.get("params"), record.get("workload")
+    if not isinstance(params, dict) or not isinstance(workload, str):
+        return record.get("id")
+    today = _as_today(workload, params)
+    if today == params:
+        return record.get("id")
+    from caraml.results.record import config_id
+
+    launch, system = record.get("launch") or {}, record.get("system") or {}
+    return config_id(workload, today, system.get("tag"), launch.get("world_size"), launch.get("nodes"))
+
+
 def _as_today(workload: str, params: dict) -> dict:
     from caraml import workloads
     from caraml.params import as_today
@@ -116,7 +133,7 @@ def group(records: list[dict]) -> list[Point]:
     """One point per configuration id, in the order configurations were first run."""
     points: dict[str, Point] = {}
     for r in records:
-        key = r.get("id") or r.get("run_id") or r.get("_path")
+        key = current_id(r) or r.get("run_id") or r.get("_path")
         points.setdefault(key, Point(id=key, workload=r.get("workload"))).records.append(r)
     return list(points.values())
 
