@@ -145,7 +145,7 @@ def check_device(cfg: TrainingConfig, device) -> None:
     if cfg.data.source == "oscar":
         from caraml.workloads.llm_training.data import check_indexed
 
-        check_indexed(cfg.data, os.environ.get("CARAML_DATA"))
+        check_indexed(cfg.data, os.environ.get("CARAML_DATA"), cfg.model.vocab_size)
 
 
 def build(cfg: TrainingConfig, ctx):
