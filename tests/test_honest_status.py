@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 from conftest import cli
@@ -58,3 +61,62 @@ def test_dataset_ids_inside_the_vocabulary_pass(tmp_path, dtype, docs, vocab):
 def test_token_id_range_scans_in_chunks(tmp_path):
     ds = dataset(tmp_path, np.int32, [[5, 9, 2], [40, -3], [7]])
     assert token_id_range(ds) == token_id_range(ds, chunk=2) == token_id_range(ds, chunk=1) == (-3, 40)
+
+
+# diverged: measured, but nothing trained ------------------------------------------------------------------------------
+def smoke_bench(**overrides):
+    from caraml.runner import RunSpec, build_bench
+
+    return build_bench(RunSpec("llm_training", overrides, "smoke"), device="cpu")
+
+
+def measure(bench, warmup=1, steps=3):
+    for _ in range(warmup):
+        bench.step()
+    bench.begin_measure()
+    for _ in range(steps):
+        bench.step()
+    return bench.health()
+
+
+def test_a_run_that_trains_is_healthy():
+    assert measure(smoke_bench()) is None
+
+
+def test_a_loss_that_is_not_finite_at_the_end_is_diverged():
+    reason = measure(smoke_bench(lr=1e9))
+    assert reason.startswith("the loss is nan at the end of the measured window (3 steps)")
+    assert "lower lr (now 1e+09)" in reason
+
+
+def test_fp16_with_every_measured_step_skipped_is_diverged():
+    bench = smoke_bench(precision="fp16")
+    bench.step()  # one real update before the window: the window's own updates count
+    bench.scaler.scale = 1e30  # every scaled gradient overflows fp16 from here on; the loss stays finite
+    reason = measure(bench, warmup=0, steps=3)
+    assert bench.updates == 1 and bench.scaler.skipped == 3 and all(map(math.isfinite, bench.loss_values()))
+    assert reason.startswith("the optimizer never stepped in the 3 measured steps: the fp16 loss scaler skipped")
+
+
+def test_diverged_run_is_its_own_status_exit_1_shown_and_kept_out_of_comparisons(tmp_path):
+    from handmade import llm, write
+
+    from caraml.results.record import validate
+
+    res = tmp_path / "res"
+    proc = cli("run", "llm_training", "--preset", "smoke", "lr=1e9", "power=off", "--json", "--results", res)
+    assert proc.returncode == 1, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["status"] == "diverged" and validate(record) == []
+    assert "training diverged" in record["error"] and record["metrics"]["loss"]["finite"] is False
+    assert record["metrics"]["throughput"]["value"] > 0  # the figures are kept, the status says what they are
+    table = cli("result", "--results", res, check=0).stdout
+    assert "diverged" in table
+
+    # compare: a diverged point is no successful run of its configuration, like oom or failed
+    both = tmp_path / "both"
+    write(both, llm("A100", "800M", 4, 1, 1, 16, 1000.0))
+    write(both, llm("H100", "800M", 4, 1, 1, 16, 2000.0, status="diverged"))
+    out = json.loads(cli("compare", "--results", both, "--by", "system", "--format", "json", check=0).stdout)
+    (group,) = out
+    assert group["rows"] == [] and "no successful run for system=H100 (diverged)" in str(group["not_compared"])
