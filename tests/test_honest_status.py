@@ -120,3 +120,33 @@ def test_diverged_run_is_its_own_status_exit_1_shown_and_kept_out_of_comparisons
     out = json.loads(cli("compare", "--results", both, "--by", "system", "--format", "json", check=0).stdout)
     (group,) = out
     assert group["rows"] == [] and "no successful run for system=H100 (diverged)" in str(group["not_compared"])
+
+
+# the model_size label is the shape's ----------------------------------------------------------------------------------
+def test_a_named_size_on_another_shape_is_one_line_exit_2(tmp_path):
+    proc = cli("run", "llm_training", "--preset", "smoke", "model_size=13B", "power=off", "--results", tmp_path,
+               check=2)
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert ("model_size=13B is the shape num_layers=40, hidden_size=5120, num_attention_heads=32, "
+            "ffn_hidden_size=20480, but this model has num_layers=2, hidden_size=64") in err
+    assert "give model_size=custom" in err
+
+
+@pytest.mark.parametrize("preset, overrides, says", [
+    ("smoke", {"num_layers": 4}, "model_size=smoke is the shape num_layers=2, hidden_size=64, num_attention_heads=4, "
+                                 "ffn_hidden_size=256, but this model has num_layers=4;"),
+    ("800M", {"ffn_hidden_size": 4096}, "but this model has ffn_hidden_size=4096;"),
+    (None, {"model_size": "175B"}, "model_size=175B is the shape num_layers=96"),  # the defaults are 800M's shape
+    ("smoke", {"model_size": "custom", "num_layers": 4}, None),
+    ("smoke", {"ffn_hidden_size": 256}, None),  # 4 x hidden_size given as a number: the same shape
+    ("117M", {}, None), ("800M", {}, None), ("13B", {}, None), ("175B", {}, None), (None, {}, None),
+])
+def test_size_label_must_match_the_shape(preset, overrides, says):
+    from caraml.runner import RunSpec, resolve
+    from caraml.workloads.llm_training import WORKLOAD
+
+    values = resolve(RunSpec("llm_training", overrides, preset)).values
+    devices = values["tp"] * values["pp"]
+    problem = WORKLOAD.launch_problem(values, devices)  # what a sweep asks of each point before it runs
+    assert problem is None if says is None else says in problem, problem
