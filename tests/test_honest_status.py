@@ -150,3 +150,20 @@ def test_size_label_must_match_the_shape(preset, overrides, says):
     devices = values["tp"] * values["pp"]
     problem = WORKLOAD.launch_problem(values, devices)  # what a sweep asks of each point before it runs
     assert problem is None if says is None else says in problem, problem
+
+
+@pytest.mark.parametrize("workload, preset", [("image_classification", "smoke"), ("fno", "smoke-RBC2D")])
+def test_weights_gone_nan_are_diverged_in_the_other_workloads(tmp_path, workload, preset):
+    from caraml.runner import RunSpec, build_bench
+
+    healthy = build_bench(RunSpec(workload, {}, preset), device="cpu")
+    for _ in range(2):
+        healthy.step()
+    assert healthy.health() is None
+    healthy.close()
+    proc = cli("run", workload, "--preset", preset, "lr=1e30", "measure_steps=3", "power=off", "--json",
+               "--results", tmp_path)
+    record = json.loads(proc.stdout)
+    assert proc.returncode == 1 and record["status"] == "diverged", proc.stderr
+    assert "hold NaN or Inf after the run: training diverged" in record["error"] and "lr (now 1e+30)" in record["error"]
+    assert record["metrics"]["throughput"]["value"] > 0
