@@ -167,3 +167,22 @@ def test_weights_gone_nan_are_diverged_in_the_other_workloads(tmp_path, workload
     assert proc.returncode == 1 and record["status"] == "diverged", proc.stderr
     assert "hold NaN or Inf after the run: training diverged" in record["error"] and "lr (now 1e+30)" in record["error"]
     assert record["metrics"]["throughput"]["value"] > 0
+
+
+@pytest.mark.parametrize("status, rank_0, other_rank", [("diverged", 1, 0), ("interrupted", 1, 0), ("failed", 1, 1),
+                                                        ("ok", 0, 0)])
+def test_only_rank_0_exits_non_zero_for_a_status_all_ranks_agree_on(monkeypatch, status, rank_0, other_rank):
+    """torchrun ends every rank when one exits non-zero: a status every rank reaches together (diverged: the
+    global loss; interrupted: an agreed stop) must not end rank 0 before it has saved the record."""
+    import types
+
+    import caraml.distributed
+    import caraml.runner
+    from caraml import cli as cli_mod
+
+    monkeypatch.setattr(caraml.runner, "execute", lambda spec: {"status": status, "path": None})
+    args = types.SimpleNamespace(workload="llm_training", params=[], preset="smoke", system=None, results="r",
+                                 json=True)
+    for main, want in ((True, rank_0), (False, other_rank)):
+        monkeypatch.setattr(caraml.distributed, "launch_env", lambda main=main: types.SimpleNamespace(is_main=main))
+        assert cli_mod._run(args) == want, (status, main)
