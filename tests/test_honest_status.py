@@ -186,3 +186,23 @@ def test_only_rank_0_exits_non_zero_for_a_status_all_ranks_agree_on(monkeypatch,
     for main, want in ((True, rank_0), (False, other_rank)):
         monkeypatch.setattr(caraml.distributed, "launch_env", lambda main=main: types.SimpleNamespace(is_main=main))
         assert cli_mod._run(args) == want, (status, main)
+
+
+def test_the_readme_own_data_path_under_the_smoke_preset_says_which_vocab_size_fits(tmp_path):
+    """Issue 22, 1: `caraml data prepare corpus.txt` (GPT-2 ids, with <|endoftext|> = 50256), then the smoke
+    preset (vocab_size=500) on it: refused before training, naming vocab_size=50257; with it the run trains."""
+    from conftest import SHARED_DATA
+
+    vocab, merges = SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt"
+    if not (vocab.is_file() and merges.is_file()):
+        pytest.skip("the GPT-2 tokenizer files are absent")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Document {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(40)))
+    prefix = tmp_path / "corpus"
+    cli("data", "prepare", corpus, "--output-prefix", prefix, "--vocab", vocab, "--merges", merges, "--append-eod",
+        check=0)
+    run = ("run", "llm_training", "--preset", "smoke", "data=oscar", f"data_path={prefix}", "power=off",
+           "measure_steps=2", "--results", tmp_path / "res")
+    err = cli(*run, check=2).stderr.strip()
+    assert err.endswith("is outside vocab_size=500; use vocab_size >= 50257") and len(err.splitlines()) == 1, err
+    assert json.loads(cli(*run, "vocab_size=50257", "--json", check=0).stdout)["status"] == "ok"
