@@ -34,7 +34,7 @@ def _run(args) -> int:
             print(dumps(record))
         else:
             _print_summary(record)
-    if record["status"] == "interrupted" and not launch_env().is_main:
+    if record["status"] in ("interrupted", "diverged") and not launch_env().is_main:
         # torchrun kills the other ranks when one exits non-zero: let rank 0 finish writing the record
         return 0
     return 0 if record["status"] == "ok" else 1

@@ -65,6 +65,11 @@ class Bench(Protocol):
     # Optional: `begin_measure()`, called once right before the measured window, so a workload that keeps
     # figures of its own per step (the LLM's iteration times and losses) knows which steps are measured.
 
+    # Optional: `health() -> str | None`, called once after the run measured (after details()): None when the
+    # figures describe training; else why they do not (a loss that is not finite at the end of the measured
+    # window, an optimizer that never stepped), and the record's status is `diverged` with that reason as error.
+    # It must give the same answer on every rank.
+
     # Optional: a measurement of the workload's own after the steady-state window (e.g. CARAML's epochs). A
     # Bench with `extra_phase = "name"` gets `run_extra(should_stop)` called once, as a power phase of that name;
     # `should_stop()` is called once per step of that loop (caraml.kit.epochs does), equally often on every rank,

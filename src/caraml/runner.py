@@ -207,7 +207,17 @@ def _bench_metrics(setup: _Setup, bench, record: rec.RunRecord, m: Measurement, 
         record.metrics.update(metrics(info, setup.dims, setup.dist, m, peak, interrupted=not collective))
     record.metrics.update(memory(setup.device))
     record.metrics.update(bench.details())
+    if record.status == "ok":
+        _check_health(bench, record)
     bench.close()
+
+
+def _check_health(bench, record: rec.RunRecord) -> None:
+    """A run that measured without training (Bench.health() gives the reason) is `diverged`, not ok."""
+    health = getattr(bench, "health", None)
+    reason = health() if callable(health) else None
+    if reason:
+        record.status, record.error = "diverged", str(reason)
 
 
 def _save(record: rec.RunRecord, store: Store, dist) -> dict:

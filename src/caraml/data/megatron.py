@@ -317,3 +317,22 @@ class GPTSamples:
                 place += 1
             epoch, position = epoch + 1, 0
         return out
+
+
+SCAN_TOKENS = 1 << 24  # tokens per chunk of a token-id scan: 64 MiB of int32 at a time
+
+
+def token_id_range(dataset: IndexedDataset, chunk: int = SCAN_TOKENS) -> tuple[int, int] | None:
+    """The smallest and largest token id in the dataset's `.bin`, by a scan of the memory-mapped file in chunks
+    (the file is never read whole); None when it holds no token. Integer dtypes only (a float has no id)."""
+    tokens = dataset.tokens
+    if dataset.index.dtype.kind not in "iu":
+        raise ValueError(f"token dtype {dataset.index.dtype.name} holds no integer ids")
+    if not len(tokens):
+        return None
+    lo, hi = None, None
+    for start in range(0, len(tokens), max(1, chunk)):
+        part = tokens[start:start + chunk]
+        a, b = int(part.min()), int(part.max())
+        lo, hi = a if lo is None else min(lo, a), b if hi is None else max(hi, b)
+    return lo, hi

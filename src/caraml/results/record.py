@@ -9,7 +9,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "failed", "interrupted", "timeout")
+# diverged: the run completed and measured, but its figures describe no training (a loss that is not finite at the
+# end, or an optimizer that never stepped); the record keeps the metrics and says why in `error`
+STATUSES = ("ok", "oom", "failed", "interrupted", "timeout", "diverged")
 REQUIRED = ("schema", "id", "run_id", "workload", "status", "params", "system", "launch", "metrics",
             "env", "started_at", "finished_at", "error")
 

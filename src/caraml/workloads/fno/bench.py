@@ -374,6 +374,12 @@ class FNOBench:
         return time.perf_counter() - t0
 
     # record ------------------------------------------------------------------------------------------
+    def health(self) -> str | None:
+        """Why the run trained nothing (weights gone NaN or Inf, e.g. from NaN data); None when it trained."""
+        from caraml.kit.health import weights_not_finite
+
+        return weights_not_finite(self.optimizer, f"check the data for NaN or Inf, or lower lr (now {self.cfg.lr:g})")
+
     def details(self) -> dict:
         pb, cfg, data = self.problem, self.cfg, self.data
         dp = self.ctx.dims.dp

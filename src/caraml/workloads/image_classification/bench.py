@@ -145,6 +145,12 @@ class ClassificationBench:
         self.epochs = EpochRunner(self)
         self.epochs.run(should_stop)
 
+    def health(self) -> str | None:
+        """Why the run trained nothing (weights gone NaN or Inf); None when it trained."""
+        from caraml.kit.health import weights_not_finite
+
+        return weights_not_finite(self.optimizer, f"lower lr (now {self.cfg.lr:g})")
+
     def details(self) -> dict:
         out = {"math": self.math, "global_batch_size": self.cfg.batch_size * self.dist.world_size,
                "dataset": self.cfg.dataset_label, "throughput_convention": STEADY}

@@ -17,7 +17,8 @@ from caraml.workloads.llm_training.config import TrainingConfig
 COMPILERS = ("none", "inductor")
 
 PARAMS = [
-    Param("model_size", str, "800M", "label of the model shape (CARAML's 800M, 13B, 175B; 117M GPT-2; smoke; custom)",
+    Param("model_size", str, "800M", "label of the model shape (CARAML's 800M, 13B, 175B; 117M GPT-2; smoke): a named "
+          "size has its preset's layers, width, heads and MLP width; custom for any other shape",
           choices=("smoke", "117M", "800M", "13B", "175B", "custom")),
     Param("num_layers", int, 16, "transformer layers", minimum=1),
     Param("hidden_size", int, 2048, "model width", minimum=1),
@@ -122,7 +123,37 @@ def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
         return (f"global_batch_size={b.global_batch_size} is not dp x micro_batch_size x grad_accumulation = "
                 f"{dp} x {b.micro_batch_size} x {b.grad_accumulation} = {derived}; give global_batch_size=0 or "
                 f"grad_accumulation={max(1, b.global_batch_size // max(1, dp * b.micro_batch_size))}")
-    return None
+    return size_problem(cfg)
+
+
+SIZE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
+
+
+def named_shape(model_size: str) -> dict[str, int] | None:
+    """The shape a named model_size stands for (its preset's; the MLP width resolved); None for custom."""
+    preset = PRESETS.get(model_size)
+    if preset is None:
+        return None
+    shape = {k: preset.get(k, next(p.default for p in PARAMS if p.name == k)) for k in SIZE_FIELDS}
+    shape["ffn_hidden_size"] = shape["ffn_hidden_size"] or 4 * shape["hidden_size"]
+    return shape
+
+
+def size_problem(cfg: TrainingConfig) -> str | None:
+    """A named model_size whose shape is not this model's (the tables would label it wrongly); None when it
+    matches, or for model_size=custom."""
+    m = cfg.model
+    named = named_shape(m.model_size)
+    if named is None:
+        return None
+    shape = {"num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
+             "ffn_hidden_size": m.ffn}
+    if shape == named:
+        return None
+    text = ", ".join
+    return (f"model_size={m.model_size} is the shape {text(f'{k}={v}' for k, v in named.items())}, but this model "
+            f"has {text(f'{k}={shape[k]}' for k in SIZE_FIELDS if shape[k] != named[k])}; give model_size=custom "
+            f"for this shape, or --preset {m.model_size} for {m.model_size}'s")
 
 
 def dims(cfg: TrainingConfig, world: int):
@@ -145,7 +176,7 @@ def check_device(cfg: TrainingConfig, device) -> None:
     if cfg.data.source == "oscar":
         from caraml.workloads.llm_training.data import check_indexed
 
-        check_indexed(cfg.data, os.environ.get("CARAML_DATA"))
+        check_indexed(cfg.data, os.environ.get("CARAML_DATA"), cfg.model.vocab_size)
 
 
 def build(cfg: TrainingConfig, ctx):

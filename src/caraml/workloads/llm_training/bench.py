@@ -105,6 +105,7 @@ class GPTBench:
         self.losses: list[torch.Tensor] = []  # the global-batch mean loss of each step, on the device
         self._ends: list = []  # end of each step: CUDA events, or host clock readings
         self._measured_from: int | None = None  # index of the first measured step (begin_measure)
+        self._updates_at_measure = 0  # optimizer steps taken before the measured window
         self._window_start = None  # the clock reading at begin_measure: the start of the first measured step
 
     def _info(self) -> BenchInfo:
@@ -263,6 +264,7 @@ class GPTBench:
     def begin_measure(self) -> None:
         """Called by the harness right before the measured window: the steps from here on are the measured ones."""
         self._measured_from = len(self._ends)
+        self._updates_at_measure = self.updates
         self._window_start = self._clock()
 
     # the record -------------------------------------------------------------------------------------------------
@@ -317,6 +319,21 @@ class GPTBench:
                                "micro_batches": self.accumulation},
             "compile_scope": self.compile_scope,
         }
+
+    def health(self) -> str | None:
+        """Why the measured window trained nothing (None when it did): the loss is not finite at its end, or the
+        optimizer never stepped in it (fp16 with every step skipped for overflow). The same on every rank: the
+        losses are global-batch means and the overflow decision is taken on the all-reduced gradient norm."""
+        losses = self.measured_losses()
+        if losses and not math.isfinite(losses[-1]):
+            return (f"the loss is {losses[-1]} at the end of the measured window ({len(losses)} steps): training "
+                    f"diverged; lower lr (now {self.cfg.optim.lr:g}) or init_std (now {self.cfg.model.init_std:g})")
+        steps = self.iteration - (self._measured_from or 0)
+        if steps and self.updates == self._updates_at_measure:
+            why = (f"the fp16 loss scaler skipped every one for overflow (loss scale now {self.scaler.scale:g})"
+                   if self.scaler is not None else "no update was taken")
+            return f"the optimizer never stepped in the {steps} measured steps: {why}; the weights were not trained"
+        return None
 
     def close(self) -> None:
         self.data = None

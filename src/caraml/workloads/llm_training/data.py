@@ -72,12 +72,44 @@ class IndexedTokens:
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
-def check_indexed(data: DataConfig, data_root: str | None) -> None:
-    """The .bin/.idx pair exists (checked before a run starts); GPTSamples validates their contents."""
+def check_indexed(data: DataConfig, data_root: str | None, vocab_size: int | None = None) -> None:
+    """Before a run starts: the .bin/.idx pair exists and agrees, and (given vocab_size) every token id is one
+    of the vocabulary's, 0 .. vocab_size-1 (see check_token_ids)."""
+    from caraml.data.megatron import IndexedDataset
+
     prefix = dataset_prefix(data, data_root)
     if not os.path.isfile(prefix + ".bin"):
         raise BadInput(f"data=oscar: {prefix}.bin does not exist beside its .idx; give data_path=PREFIX of a "
                        ".bin/.idx pair (e.g. made by `caraml data prepare`)")
+    if vocab_size is not None:
+        check_token_ids(IndexedDataset(prefix), vocab_size)
+
+
+def check_token_ids(dataset, vocab_size: int) -> None:
+    """Every token id of the dataset lies in [0, vocab_size): integer tokens (a float dtype holds no ids), none
+    negative, the largest below vocab_size. The dtype alone settles it where it can (uint16 ids under a vocabulary
+    of 65,536 or more); else a scan of the memory-mapped .bin in chunks."""
+    import numpy as np
+
+    from caraml.data.megatron import bin_path, token_id_range
+
+    dtype = dataset.index.dtype
+    where = bin_path(dataset.prefix)
+    if dtype.kind not in "iu":
+        raise BadInput(f"data=oscar: {dataset.index.path} stores tokens as {dtype.name}, which are not token ids; "
+                       f"prepare the dataset with integer ids (uint16, or int32 for vocabularies of 65,500 or more)")
+    if dtype.kind == "u" and np.iinfo(dtype).max < vocab_size:
+        return  # every value the dtype can hold is an id of the vocabulary
+    span = token_id_range(dataset)
+    if span is None:
+        return
+    lo, hi = span
+    if lo < 0:
+        raise BadInput(f"data=oscar: {where} holds token id {lo} ({dtype.name} tokens): ids must be 0 or more; "
+                       f"prepare the dataset again from its text")
+    if hi >= vocab_size:
+        raise BadInput(f"data=oscar: the largest token id {hi} in {where} is outside vocab_size={vocab_size}; "
+                       f"use vocab_size >= {hi + 1}")
 
 
 def dataset_prefix(data: DataConfig, data_root: str | None) -> str:
