@@ -80,6 +80,46 @@ def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, resul
     assert records[0]["metrics"]["measured_steps"] > 0
 
 
+def _children(pid: int) -> list[int]:
+    from pathlib import Path
+
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended (a zombie that no init reaps has ended too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.subprocess
+def test_a_sigkilled_sweep_takes_its_running_point_with_it(tmp_path, results):
+    """The point runs in a process group of its own; when the sweep is SIGKILLed it must not run on (an orphan
+    that a `--resume` would run again beside)."""
+    sweep = subprocess.Popen([sys.executable, "-m", "caraml", "sweep", str(_suite(tmp_path, "01:00:00")),
+                              "--system", "CPU", "--results", str(results)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    point = None
+    try:
+        wait_until(lambda: _measuring(results), "'caraml: measuring' in the first point's log", proc=sweep)
+        [point] = _children(sweep.pid)
+        sweep.kill()
+        sweep.communicate(timeout=HANG_S)
+        wait_until(lambda: _gone(point), f"end of the point (pid {point}) after its sweep was SIGKILLed", timeout=120)
+        [record] = records_in(results)  # stopped like a Ctrl-C: it saved what it had
+        assert record["status"] == "interrupted" and record["params"]["measure_steps"] == 100000
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()
+        if point is not None and not _gone(point):
+            os.killpg(point, signal.SIGKILL)  # the point leads its own process group
+
+
 @pytest.mark.subprocess
 def test_hung_point_is_killed_after_the_grace_period_and_recorded_as_timeout(tmp_path, results, monkeypatch):
     """A point that ignores SIGTERM (an NCCL deadlock does) is killed; the sweep writes its record."""

@@ -104,14 +104,17 @@ def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, l
 
     The point runs in a process group of its own (torchrun and its workers too): Ctrl-C reaches only the
     sweep, which passes exactly one SIGINT on and waits for the point to save its record; and the time
-    limit can stop the whole group."""
+    limit can stop the whole group. Being out of the sweep's group, the point is asked to stop (SIGTERM, it
+    saves an interrupted record) when the sweep dies, even by SIGKILL: it never runs on as an orphan beside the
+    points of a `--resume`."""
     cmd = launchers.local_command(point, results, python)
     limit_text = sweep.point_time_limit(point)
     limit = time_limit_seconds(limit_text)
     started = rec.now()
     stopped = timed_out = False
     with open(log, "w") as err:
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, process_group=0)
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, process_group=0,
+                                 preexec_fn=_dies_with_this_process())
         try:
             try:
                 out, _ = child.communicate(timeout=limit)
@@ -138,6 +141,30 @@ def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, l
         status, error = "failed", f"the run ended (exit code {child.returncode}) without a record: {why}"
     Store(results).save(sweep.missing_record(point.as_json(), status, error, started_at=started))
     return status, stopped
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with_this_process():
+    """A preexec_fn that has the child sent SIGTERM when this process ends (Linux's parent-death signal); None
+    where prctl is not to be had. All it needs is looked up here: the child, forked from a process with
+    threads, runs nothing but the calls."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    getppid, kill, sigterm = os.getppid, os.kill, signal.SIGTERM
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sigterm), 0, 0, 0)
+        if getppid() != parent:  # the sweep died before the signal was set
+            kill(os.getpid(), sigterm)
+
+    return set_parent_death_signal
 
 
 def _stop(child: subprocess.Popen, sig: int) -> str:
