@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import HANG_S, caraml, cli, cli_env, records_in, wait_until
@@ -81,8 +83,6 @@ def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, resul
 
 
 def _children(pid: int) -> list[int]:
-    from pathlib import Path
-
     return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
             for c in (task / "children").read_text().split()]
 
@@ -107,6 +107,9 @@ def test_a_sigkilled_sweep_takes_its_running_point_with_it(tmp_path, results):
     try:
         wait_until(lambda: _measuring(results), "'caraml: measuring' in the first point's log", proc=sweep)
         [point] = _children(sweep.pid)
+        # the point holds its lock itself: were it to outlive its sweep, a --resume would leave it alone
+        [lock] = (results / "sweep" / "locks").glob("*.lock")
+        assert str(lock) in {os.readlink(fd) for fd in Path(f"/proc/{point}/fd").iterdir()}
         sweep.kill()
         sweep.communicate(timeout=HANG_S)
         wait_until(lambda: _gone(point), f"end of the point (pid {point}) after its sweep was SIGKILLed", timeout=120)
@@ -118,6 +121,21 @@ def test_a_sigkilled_sweep_takes_its_running_point_with_it(tmp_path, results):
             sweep.communicate()
         if point is not None and not _gone(point):
             os.killpg(point, signal.SIGKILL)  # the point leads its own process group
+
+
+def test_a_point_whose_lock_is_held_is_not_run_again(tmp_path, results, capsys):
+    """An earlier sweep's point still running (it outlived its sweep) holds its lock: a --resume leaves it be."""
+    from caraml.campaign import local, sweep
+
+    plan = sweep.plan(str(_suite(tmp_path)), [], "CPU", {"image_size": "40"})  # a quick point, were it run
+    [point] = plan.points
+    locks = results / "sweep" / "locks"
+    locks.mkdir(parents=True)
+    with open(locks / f"{point.id}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        counts = local.run_local(plan, str(results), resume=True)
+    assert counts == {"running": 1} and records_in(results) == []
+    assert f"{point.id} is running elsewhere" in capsys.readouterr().err
 
 
 @pytest.mark.subprocess
