@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import pickle
 import struct
@@ -349,3 +350,37 @@ def test_prepare_on_a_deeply_nested_jsonl_line_is_one_line_exit_2(tmp_path, bpe_
     one_line_error(_prepare(tmp_path, bpe_files, tmp_path / "deep.jsonl", tmp_path / "deep"),
                    "deep.jsonl:2: JSON nested too deeply")
     assert not list(tmp_path.glob("deep.bin")) and _no_temporaries(tmp_path)
+
+
+class _FullDisk:
+    """A file on a full disk: writes (or the flush at close) fail with ENOSPC."""
+
+    def __init__(self, real, fail_on):
+        self.real, self.fail_on = real, fail_on
+
+    def write(self, data):
+        if self.fail_on == "write":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real.write(data)
+
+    def close(self):
+        self.real.close()
+        if self.fail_on == "close":
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("fail_on", ["write", "close"])
+def test_a_full_disk_during_prepare_is_one_line_and_keeps_the_old_dataset(tmp_path, bpe_files, monkeypatch, fail_on):
+    from caraml.data import megatron
+
+    prefix = write(tmp_path / "keep", [[1, 2, 3]])
+    before = _dataset_bytes(prefix)
+    def open_on_a_full_disk(path, mode="r", *args, **kw):
+        real = open(path, mode, *args, **kw)
+        return _FullDisk(real, fail_on) if mode == "xb" and ".bin." in str(path) else real  # the temporary .bin
+
+    monkeypatch.setattr(megatron, "open", open_on_a_full_disk, raising=False)
+    (tmp_path / "new.txt").write_text("a new document\n")
+    proc = _prepare(tmp_path, bpe_files, tmp_path / "new.txt", prefix, "--overwrite")
+    one_line_error(proc, f"cannot write {prefix}.bin (No space left on device)", "left as it was")
+    assert _dataset_bytes(prefix) == before and _no_temporaries(tmp_path)

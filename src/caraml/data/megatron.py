@@ -221,7 +221,12 @@ class IndexedDatasetWriter:
             if tokens.min() < limits.min or tokens.max() > limits.max:
                 raise BadInput(f"token ids {tokens.min()}..{tokens.max()} do not fit {self.dtype.name}; "
                                f"write with a wider dtype (int32)")
-        self._bin.write(tokens.astype(self.dtype, copy=False).tobytes())
+        try:
+            self._bin.write(tokens.astype(self.dtype, copy=False).tobytes())
+        except OSError as exc:  # a full disk, a quota
+            self.abort()
+            raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); the dataset there is left as it was: "
+                           "free space, or choose a prefix elsewhere") from None
         self._lengths.append(len(tokens))
         self._documents.append(len(self._lengths))
 
@@ -234,7 +239,12 @@ class IndexedDatasetWriter:
         return sum(self._lengths)
 
     def finalize(self) -> Index:
-        self._bin.close()
+        try:
+            self._bin.close()  # writes what is buffered: may find the disk full
+        except OSError as exc:
+            self.abort()
+            raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); the dataset there is left as it was: "
+                           "free space, or choose a prefix elsewhere") from None
         lengths = np.asarray(self._lengths, np.int32)
         pointers = np.zeros(len(lengths), np.int64)
         np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
@@ -257,7 +267,10 @@ class IndexedDatasetWriter:
 
     def abort(self) -> None:
         """Drop what was written; an existing dataset under the prefix is left as it was."""
-        self._bin.close()
+        try:
+            self._bin.close()
+        except OSError:  # what was buffered cannot be written: it is dropped anyway
+            pass
         self._remove_temporaries()
 
     def _remove_temporaries(self) -> None:
