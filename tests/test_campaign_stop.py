@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import HANG_S, caraml, cli, cli_env, records_in, wait_until
@@ -78,6 +80,62 @@ def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, resul
     assert len(records) == 1  # the second point did not run
     assert records[0]["status"] == "interrupted" and records[0]["params"]["measure_steps"] == 100000
     assert records[0]["metrics"]["measured_steps"] > 0
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended (a zombie that no init reaps has ended too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.subprocess
+def test_a_sigkilled_sweep_takes_its_running_point_with_it(tmp_path, results):
+    """The point runs in a process group of its own; when the sweep is SIGKILLed it must not run on (an orphan
+    that a `--resume` would run again beside)."""
+    sweep = subprocess.Popen([sys.executable, "-m", "caraml", "sweep", str(_suite(tmp_path, "01:00:00")),
+                              "--system", "CPU", "--results", str(results)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    point = None
+    try:
+        wait_until(lambda: _measuring(results), "'caraml: measuring' in the first point's log", proc=sweep)
+        [point] = _children(sweep.pid)
+        # the point holds its lock itself: were it to outlive its sweep, a --resume would leave it alone
+        [lock] = (results / "sweep" / "locks").glob("*.lock")
+        assert str(lock) in {os.readlink(fd) for fd in Path(f"/proc/{point}/fd").iterdir()}
+        sweep.kill()
+        sweep.communicate(timeout=HANG_S)
+        wait_until(lambda: _gone(point), f"end of the point (pid {point}) after its sweep was SIGKILLed", timeout=120)
+        [record] = records_in(results)  # stopped like a Ctrl-C: it saved what it had
+        assert record["status"] == "interrupted" and record["params"]["measure_steps"] == 100000
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()
+        if point is not None and not _gone(point):
+            os.killpg(point, signal.SIGKILL)  # the point leads its own process group
+
+
+def test_a_point_whose_lock_is_held_is_not_run_again(tmp_path, results, capsys):
+    """An earlier sweep's point still running (it outlived its sweep) holds its lock: a --resume leaves it be."""
+    from caraml.campaign import local, sweep
+
+    plan = sweep.plan(str(_suite(tmp_path)), [], "CPU", {"image_size": "40"})  # a quick point, were it run
+    [point] = plan.points
+    locks = results / "sweep" / "locks"
+    locks.mkdir(parents=True)
+    with open(locks / f"{point.id}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        counts = local.run_local(plan, str(results), resume=True)
+    assert counts == {"running": 1} and records_in(results) == []
+    assert f"{point.id} is running elsewhere" in capsys.readouterr().err
 
 
 @pytest.mark.subprocess

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import pickle
 import struct
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, caraml, cli_env
+from conftest import SHARED_DATA, caraml, cli, cli_env
 
 from caraml.data.megatron import GPTSamples, IndexedDataset, IndexedDatasetWriter, locate, read_index
 from caraml.data.tokenizer import GPT2Tokenizer
@@ -286,3 +287,100 @@ def test_prepare_bad_input_is_one_line_exit_2(tmp_path, bpe_files, case, says):
         args += ["--vocab", vocab, "--merges", merges]
     one_line_error(caraml(*args, env=env), says)
     assert not list(tmp_path.glob("out.*"))  # nothing half-written is left behind
+
+
+# no data loss (issue 20): an existing dataset is replaced only whole, only when asked, never by its own input --------
+def _prepare(tmp_path, bpe_files, source, prefix, *extra):
+    vocab, merges = bpe_files
+    return cli("data", "prepare", source, "--output-prefix", prefix, "--vocab", vocab, "--merges", merges, *extra)
+
+
+def _dataset_bytes(prefix):
+    return prefix.with_suffix(".bin").read_bytes(), prefix.with_suffix(".idx").read_bytes()
+
+
+def _no_temporaries(folder):
+    return not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("half", [".bin", ".idx"])
+def test_prepare_refuses_an_input_that_is_one_of_its_outputs(tmp_path, bpe_files, half):
+    prefix = write(tmp_path / "self", [[1, 2, 3], [4, 5]])
+    before = _dataset_bytes(prefix)
+    proc = _prepare(tmp_path, bpe_files, prefix.with_suffix(half), prefix, "--format", "jsonl", "--overwrite")
+    one_line_error(proc, f"the input {prefix.with_suffix(half)} is the output", "another --output-prefix")
+    assert _dataset_bytes(prefix) == before
+
+
+def test_prepare_keeps_an_existing_dataset_unless_told_to_overwrite(tmp_path, bpe_files):
+    prefix = write(tmp_path / "keep", [[1, 2, 3]])
+    before = _dataset_bytes(prefix)
+    (tmp_path / "new.txt").write_text("a new document\n")
+    one_line_error(_prepare(tmp_path, bpe_files, tmp_path / "new.txt", prefix), "already exist", "--overwrite")
+    assert _dataset_bytes(prefix) == before
+    assert _prepare(tmp_path, bpe_files, tmp_path / "new.txt", prefix, "--overwrite").returncode == 0
+    assert _dataset_bytes(prefix) != before and len(IndexedDataset(prefix)) == 1
+    assert _no_temporaries(tmp_path)
+
+
+def test_a_failed_prepare_leaves_the_existing_dataset_whole(tmp_path, bpe_files):
+    prefix = write(tmp_path / "keep", [[1, 2, 3]])
+    before = _dataset_bytes(prefix)
+    (tmp_path / "latin1.txt").write_bytes("first line\nZw\xf6lf\n".encode("latin-1"))
+    one_line_error(_prepare(tmp_path, bpe_files, tmp_path / "latin1.txt", prefix, "--overwrite"), "not UTF-8")
+    assert _dataset_bytes(prefix) == before and _no_temporaries(tmp_path)
+
+
+def test_re_preparing_keeps_the_file_a_reader_has_mapped(tmp_path, bpe_files):
+    """A run reading the dataset keeps its mapped .bin (its inode): the new pair is renamed into place."""
+    prefix = write(tmp_path / "ds", [np.arange(4096) % 250])
+    old_bin = prefix.with_suffix(".bin")
+    inode = old_bin.stat().st_ino
+    mapped = np.memmap(old_bin, dtype=np.uint16, mode="r")
+    (tmp_path / "tiny.txt").write_text("tiny\n")
+    assert _prepare(tmp_path, bpe_files, tmp_path / "tiny.txt", prefix, "--overwrite").returncode == 0
+    # Had the old file been truncated in place, reading the mapping would be SIGBUS: check the inode first.
+    assert old_bin.stat().st_ino != inode
+    assert np.array_equal(mapped, np.arange(4096) % 250)
+    assert IndexedDataset(prefix).index.documents == 1 and IndexedDataset(prefix).index.tokens < 10
+
+
+def test_prepare_on_a_deeply_nested_jsonl_line_is_one_line_exit_2(tmp_path, bpe_files):
+    (tmp_path / "deep.jsonl").write_text('{"text": "a"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    one_line_error(_prepare(tmp_path, bpe_files, tmp_path / "deep.jsonl", tmp_path / "deep"),
+                   "deep.jsonl:2: JSON nested too deeply")
+    assert not list(tmp_path.glob("deep.bin")) and _no_temporaries(tmp_path)
+
+
+class _FullDisk:
+    """A file on a full disk: writes (or the flush at close) fail with ENOSPC."""
+
+    def __init__(self, real, fail_on):
+        self.real, self.fail_on = real, fail_on
+
+    def write(self, data):
+        if self.fail_on == "write":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real.write(data)
+
+    def close(self):
+        self.real.close()
+        if self.fail_on == "close":
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("fail_on", ["write", "close"])
+def test_a_full_disk_during_prepare_is_one_line_and_keeps_the_old_dataset(tmp_path, bpe_files, monkeypatch, fail_on):
+    from caraml.data import megatron
+
+    prefix = write(tmp_path / "keep", [[1, 2, 3]])
+    before = _dataset_bytes(prefix)
+    def open_on_a_full_disk(path, mode="r", *args, **kw):
+        real = open(path, mode, *args, **kw)
+        return _FullDisk(real, fail_on) if mode == "xb" and ".bin." in str(path) else real  # the temporary .bin
+
+    monkeypatch.setattr(megatron, "open", open_on_a_full_disk, raising=False)
+    (tmp_path / "new.txt").write_text("a new document\n")
+    proc = _prepare(tmp_path, bpe_files, tmp_path / "new.txt", prefix, "--overwrite")
+    one_line_error(proc, f"cannot write {prefix}.bin (No space left on device)", "left as it was")
+    assert _dataset_bytes(prefix) == before and _no_temporaries(tmp_path)

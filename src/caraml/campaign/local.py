@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -59,6 +60,7 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     ensure_writable_dir(results)
     done = sweep.ok_ids(results) if resume else set()
     logs = ensure_writable_dir(Path(results) / "sweep" / "logs")
+    locks = ensure_writable_dir(Path(results) / "sweep" / "locks")
     env = dict(os.environ)
     env["PYTHONPATH"] = launchers.source_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     counts: dict[str, int] = {}
@@ -75,9 +77,16 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
                 if point.id in done:
                     counts["skipped"] = counts.get("skipped", 0) + 1
                     bar.console.print(f"caraml: {point.id} already ok, skipped")
+                elif (lock := _claim(locks / f"{point.id}.lock")) is None:
+                    counts["running"] = counts.get("running", 0) + 1
+                    bar.console.print(f"caraml: {point.id} is running elsewhere (an earlier sweep's point holds "
+                                      f"{locks / point.id}.lock), not run again: {label}")
                 else:
                     bar.update(task, current=f"{point.id} {label}")
-                    status, stopped = _run_point(point, results, python, env, logs / f"{point.id}.log")
+                    try:
+                        status, stopped = _run_point(point, results, python, env, logs / f"{point.id}.log", lock)
+                    finally:
+                        os.close(lock)
                     counts[status] = counts.get(status, 0) + 1
                     bar.console.print(f"caraml: {point.id} {status}: {label}")
                     if stopped:
@@ -98,20 +107,38 @@ def _raise_interrupt(_signum, _frame):
     raise KeyboardInterrupt
 
 
-def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, log: Path) -> tuple[str, bool]:
+def _claim(path: Path) -> int | None:
+    """The point's lock, taken (an open descriptor holding an exclusive flock); None while another process
+    holds it: a point of an earlier sweep still running (an orphan, or another sweep's)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, log: Path,
+               lock: int | None = None) -> tuple[str, bool]:
     """One point in a subprocess of its own, so a crash or OOM kill ends only that point. The status, and
     whether the user stopped the sweep during it.
 
     The point runs in a process group of its own (torchrun and its workers too): Ctrl-C reaches only the
     sweep, which passes exactly one SIGINT on and waits for the point to save its record; and the time
-    limit can stop the whole group."""
+    limit can stop the whole group. Being out of the sweep's group, the point is asked to stop (SIGTERM, it
+    saves an interrupted record) when the sweep dies, even by SIGKILL: it never runs on as an orphan beside the
+    points of a `--resume`. The point inherits the lock the sweep took for it (`lock`, a descriptor), so a
+    point still running when its sweep is gone (one that ignores SIGTERM) keeps later sweeps from running it
+    again beside it."""
     cmd = launchers.local_command(point, results, python)
     limit_text = sweep.point_time_limit(point)
     limit = time_limit_seconds(limit_text)
     started = rec.now()
     stopped = timed_out = False
     with open(log, "w") as err:
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, process_group=0)
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, process_group=0,
+                                 preexec_fn=_dies_with_this_process(), pass_fds=() if lock is None else (lock,))
         try:
             try:
                 out, _ = child.communicate(timeout=limit)
@@ -138,6 +165,30 @@ def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, l
         status, error = "failed", f"the run ended (exit code {child.returncode}) without a record: {why}"
     Store(results).save(sweep.missing_record(point.as_json(), status, error, started_at=started))
     return status, stopped
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with_this_process():
+    """A preexec_fn that has the child sent SIGTERM when this process ends (Linux's parent-death signal); None
+    where prctl is not to be had. All it needs is looked up here: the child, forked from a process with
+    threads, runs nothing but the calls."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    getppid, kill, sigterm = os.getppid, os.kill, signal.SIGTERM
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sigterm), 0, 0, 0)
+        if getppid() != parent:  # the sweep died before the signal was set
+            kill(os.getpid(), sigterm)
+
+    return set_parent_death_signal
 
 
 def _stop(child: subprocess.Popen, sig: int) -> str:

@@ -79,10 +79,9 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dic
                   file=sys.stderr)
             continue
         job_id = sbatch(script)
-        data["jobs"][job_id] = {"point": point.as_json() | {"shown": point.shown}, "script": str(script),
-                                "suite": p.suite.name, "submitted_at": rec.now(), "state": "submitted",
-                                "status": None}
-        state.save(results, data)  # after each job: a failure later still leaves the earlier ones known
+        entry = {"point": point.as_json() | {"shown": point.shown}, "script": str(script), "suite": p.suite.name,
+                 "submitted_at": rec.now(), "state": "submitted", "status": None}
+        state.update(results, {job_id: entry})  # after each job: a failure later still leaves the earlier ones known
         counts["submitted"] += 1
         print(f"caraml: {point.id} submitted as job {job_id}", file=sys.stderr)
     return counts
@@ -118,7 +117,8 @@ def collect(results: str) -> dict:
             Store(results).save(record)
         entry.update(state="collected", status=record["status"])
         report["collected"][job_id] = record["status"]
-    state.save(results, data)
+    # only the collected jobs: those another sweep submitted meanwhile stay in the state
+    data = state.update(results, {job: data["jobs"][job] for job in report["collected"]})
     report["all"] = {j: e["status"] or "queued" for j, e in data["jobs"].items()}
     return report
 

@@ -1,14 +1,24 @@
-"""Sweep state: which point went to which SLURM job, kept in `<results>/sweep-state.json`."""
+"""Sweep state: which point went to which SLURM job, kept in `<results>/sweep-state.json`.
+
+Several sweeps may submit into one results folder at once: each change is a read-merge-write of the jobs it
+touches, under an exclusive lock (flock on `<results>/sweep-state.lock`), through a temporary file of its own,
+so no sweep's jobs are lost to another's save.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from caraml.errors import BadInput, shown
 
 FILE = "sweep-state.json"
+LOCK = "sweep-state.lock"
 POINT = {"id": str, "workload": str, "system": str, "params": dict, "world_size": int, "nodes": int,
          "devices_per_node": int}  # what a record for a job that wrote none is made of
 
@@ -46,9 +56,43 @@ def _shape_problem(data) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def locked(results: str | Path) -> Iterator[None]:
+    """Hold the results folder's sweep-state lock (other sweeps' saves wait for it)."""
+    folder = path(results).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update(results: str | Path, jobs: dict) -> dict:
+    """Merge these job entries (job id -> entry) into the state on disk, under the lock; the merged state.
+    Entries of other jobs, saved meanwhile by another sweep, are kept."""
+    with locked(results):
+        data = load(results)
+        data["jobs"].update(jobs)
+        _write(results, data)
+    return data
+
+
 def save(results: str | Path, data: dict) -> None:
+    """Replace the whole state (under the lock); sweeps that add or change jobs use update()."""
+    with locked(results):
+        _write(results, data)
+
+
+def _write(results: str | Path, data: dict) -> None:
     p = path(results)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, p)  # readers never see half a file
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")  # a name of its own
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=1, default=str))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)  # readers never see half a file
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -18,6 +18,7 @@ The `.bin` file is the sequences' tokens back to back in that dtype. With prepro
 from __future__ import annotations
 
 import os
+import secrets
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -185,7 +186,8 @@ class IndexedDataset:
 class IndexedDatasetWriter:
     """Writes `PREFIX.bin` as documents come and `PREFIX.idx` at finalize(), byte-compatible with Megatron.
 
-    As a context manager it finalizes on success and deletes the partial `.bin` when the body raises.
+    Both are written to temporary files in the prefix's folder and renamed into place only by finalize(). As a
+    context manager it finalizes on success and deletes the temporary files when the body raises.
     """
 
     def __init__(self, prefix: str | os.PathLike, dtype: type[np.number] = np.uint16):
@@ -195,10 +197,14 @@ class IndexedDatasetWriter:
             raise BadInput(f"token dtype {self.dtype.name} is not one of Megatron's: "
                            f"{', '.join(np.dtype(t).name for t in DTYPES.values())}")
         self.bin_path, self.idx_path = bin_path(self.prefix), idx_path(self.prefix)
+        # Written under temporary names beside the outputs and renamed into place by finalize(): until then an
+        # existing dataset stays whole, and a reader that has the old .bin mapped keeps its file (its inode).
+        tag = f".{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        self._tmp_bin = self.bin_path.parent / f".{self.bin_path.name}{tag}"
+        self._tmp_idx = self.idx_path.parent / f".{self.idx_path.name}{tag}"
         try:
             self.bin_path.parent.mkdir(parents=True, exist_ok=True)
-            self._bin = open(self.bin_path, "wb")
-            self.idx_path.unlink(missing_ok=True)  # an old index must never pair with the new tokens
+            self._bin = open(self._tmp_bin, "xb")
         except OSError as exc:
             raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); "
                            "choose a prefix in a writable folder") from None
@@ -215,7 +221,12 @@ class IndexedDatasetWriter:
             if tokens.min() < limits.min or tokens.max() > limits.max:
                 raise BadInput(f"token ids {tokens.min()}..{tokens.max()} do not fit {self.dtype.name}; "
                                f"write with a wider dtype (int32)")
-        self._bin.write(tokens.astype(self.dtype, copy=False).tobytes())
+        try:
+            self._bin.write(tokens.astype(self.dtype, copy=False).tobytes())
+        except OSError as exc:  # a full disk, a quota
+            self.abort()
+            raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); the dataset there is left as it was: "
+                           "free space, or choose a prefix elsewhere") from None
         self._lengths.append(len(tokens))
         self._documents.append(len(self._lengths))
 
@@ -228,23 +239,43 @@ class IndexedDatasetWriter:
         return sum(self._lengths)
 
     def finalize(self) -> Index:
-        self._bin.close()
+        try:
+            self._bin.close()  # writes what is buffered: may find the disk full
+        except OSError as exc:
+            self.abort()
+            raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); the dataset there is left as it was: "
+                           "free space, or choose a prefix elsewhere") from None
         lengths = np.asarray(self._lengths, np.int32)
         pointers = np.zeros(len(lengths), np.int64)
         np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
         documents = np.asarray(self._documents, np.int64)
         header = MAGIC + struct.pack("<QBQQ", VERSION, CODES[self.dtype], len(lengths), len(documents))
         try:
-            with open(self.idx_path, "wb") as f:
+            with open(self._tmp_idx, "xb") as f:
                 f.write(header + lengths.tobytes() + pointers.tobytes() + documents.tobytes())
+            read_index(self._tmp_idx)  # what is renamed into place is a valid index
+            os.replace(self._tmp_bin, self.bin_path)
+            os.replace(self._tmp_idx, self.idx_path)
         except OSError as exc:
+            self._remove_temporaries()
             raise BadInput(f"cannot write {self.idx_path} ({exc.strerror}); "
                            "choose a prefix in a writable folder") from None
+        except BaseException:
+            self._remove_temporaries()
+            raise
         return read_index(self.idx_path)
 
     def abort(self) -> None:
-        self._bin.close()
-        self.bin_path.unlink(missing_ok=True)
+        """Drop what was written; an existing dataset under the prefix is left as it was."""
+        try:
+            self._bin.close()
+        except OSError:  # what was buffered cannot be written: it is dropped anyway
+            pass
+        self._remove_temporaries()
+
+    def _remove_temporaries(self) -> None:
+        for tmp in (self._tmp_bin, self._tmp_idx):
+            tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> IndexedDatasetWriter:
         return self

@@ -3,7 +3,8 @@
 Input: JSONL (`.jsonl`/`.json`, or --format jsonl): one JSON object per line, the document's text under
 --json-key. Plain text (any other name, or --format text): one document per line. Blank lines are skipped;
 documents without tokens are skipped and counted (preprocess_data.py writes them as empty documents, which
-GPT training never reads).
+GPT training never reads). An existing dataset is replaced only with --overwrite, and only once the new pair is
+written whole (the writer renames it into place); an input that is one of the outputs is refused.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def add_parser(group) -> None:
     prep.add_argument("--append-eod", action="store_true", help="end each document with <|endoftext|>")
     prep.add_argument("--format", default="auto", choices=("auto", "jsonl", "text"),
                       help="auto: JSONL for .jsonl/.json names, plain text otherwise")
+    prep.add_argument("--overwrite", action="store_true",
+                      help="replace an existing PREFIX.bin/.idx (only once the new pair is written whole)")
     prep.set_defaults(func=run)
 
 
@@ -56,6 +59,9 @@ def _json_text(path: Path, lineno: int, line: str, key: str) -> str:
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); expected one JSON object "
                        f"per line, e.g. {{\"{key}\": \"...\"}}") from None
+    except RecursionError:
+        raise BadInput(f"{path}:{lineno}: JSON nested too deeply to read; expected one JSON object per line, "
+                       f"e.g. {{\"{key}\": \"...\"}}") from None
     if not isinstance(record, dict) or key not in record:
         keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
         raise BadInput(f"{path}:{lineno}: no key '{key}' (found: {keys}); pass --json-key with the key that "
@@ -72,6 +78,7 @@ def run(args) -> int:
     path = Path(args.input)
     if not path.is_file():
         raise BadInput(f"{path} is not a file; give a text file (one document per line) or JSONL")
+    check_outputs(path, args.output_prefix, args.overwrite)
     jsonl = args.format == "jsonl" or (args.format == "auto" and path.suffix in (".jsonl", ".json"))
     vocab, merges = args.vocab, args.merges
     if not (vocab and merges):
@@ -90,6 +97,26 @@ def run(args) -> int:
     print(f"wrote {writer.documents} documents, {writer.tokens} tokens ({writer.dtype.name}) to "
           f"{writer.bin_path} and {writer.idx_path.name}{note}")
     return 0
+
+
+def check_outputs(source: Path, prefix: str, overwrite: bool) -> None:
+    """Before anything is written: the input is not one of the outputs, and an existing dataset is replaced
+    only with --overwrite."""
+    from caraml.data.megatron import bin_path, idx_path, split_prefix
+
+    outputs = [bin_path(split_prefix(prefix)), idx_path(split_prefix(prefix))]
+    for out in outputs:
+        try:
+            same = os.path.samefile(source, out)
+        except OSError:  # the output is not there (or cannot be looked at): it cannot be the input
+            same = False
+        if same:
+            raise BadInput(f"the input {source} is the output {out} itself; give another --output-prefix")
+    existing = [str(out) for out in outputs if os.path.lexists(out)]
+    if existing and not overwrite:
+        verb = "exist" if len(existing) > 1 else "exists"
+        raise BadInput(f"{' and '.join(existing)} already {verb}; pass --overwrite to replace the dataset, or "
+                       "give another --output-prefix")
 
 
 def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
