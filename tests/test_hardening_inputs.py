@@ -220,3 +220,30 @@ def test_site_values_are_quoted_short_in_job_scripts(tmp_path, monkeypatch, caps
 def test_shipped_profiles_pass_their_own_check():
     assert {"H100", "CPU", "GC200"} <= set(systems.profiles())
     assert json.dumps(systems.get("JUPITER"))
+
+
+# text values: nothing a shell, an exec or a terminal would act on ------------------------------------
+@pytest.mark.parametrize("raw", ["a\0b", "a\x1b[2Jb", "a\nb", "a\rb", "a\x7fb", "a\x9bb", "a\tb"], ids=ID)
+def test_text_parameters_refuse_control_characters(raw):
+    with pytest.raises(BadInput, match=r"^w: data_path=a\\.*b contains a control character .*; give printable text"):
+        params.Param("data_path", str, "").parse(raw, "w")
+    assert params.Param("data_path", str, "").parse(" /d/ü ñ.bin ", "w") == "/d/ü ñ.bin"
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_nul_in_a_suite_value_is_one_line_before_anything_runs(tmp_path, capsys, executor):
+    path = tmp_path / "nul.yaml"
+    path.write_text('workload: llm_training\npreset: smoke\nparams: {data: oscar, data_path: "a\\0b"}\n')
+    argv = ["sweep", path, "--system", "CPU", "--results", tmp_path / "r", "--executor", executor]
+    code, out, err = run_cli(capsys, *argv, *(["--dry-run"] if executor == "slurm" else []))
+    assert code == 2 and "data_path=a\\x00b contains a control character" in one_line(err)
+    assert not out and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python", "no-such-python-here", "."], ids=ID)
+def test_sweep_python_that_does_not_exist_is_one_line_before_anything_runs(tmp_path, capsys, python):
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE)
+    code, out, err = run_cli(capsys, "sweep", path, "--system", "CPU", "--results", tmp_path / "r", "--python", python)
+    assert code == 2 and f"--python {python}: " in one_line(err) and "Python interpreter" in err
+    assert not out and not (tmp_path / "r").exists()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from caraml.campaign.executors import EXECUTORS
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 
 
 def add_parsers(sub, results_default: str) -> None:
@@ -108,6 +108,8 @@ def sweep_command(args) -> int:
     if args.json and not args.dry_run:
         raise BadInput("--json goes with --dry-run (a real sweep saves records; see `caraml result`)")
     executor = get_executor(args.executor)
+    if args.python is not None and args.executor == "local":  # a SLURM job's interpreter lives on the nodes
+        _check_python(args.python)
     plan = sweep.plan(args.suite, args.tag, args.system, parse_assignments(args.overrides),
                       need_system=executor.needs_system, max_points=args.max_points)
     if not args.dry_run:
@@ -123,6 +125,14 @@ def sweep_command(args) -> int:
     for note in notes:
         print(f"caraml: {note}", file=sys.stderr)
     return 0
+
+
+def _check_python(python: str) -> None:
+    import shutil
+
+    if not shutil.which(python):
+        raise BadInput(f"--python {shown(python)}: no such executable here; pass the path of a Python interpreter "
+                       f"with caraml installed (e.g. {sys.executable})")
 
 
 def container_command(args) -> int:
