@@ -247,3 +247,42 @@ def test_sweep_python_that_does_not_exist_is_one_line_before_anything_runs(tmp_p
     code, out, err = run_cli(capsys, "sweep", path, "--system", "CPU", "--results", tmp_path / "r", "--python", python)
     assert code == 2 and f"--python {python}: " in one_line(err) and "Python interpreter" in err
     assert not out and not (tmp_path / "r").exists()
+
+
+# bad input under torchrun: said once, by rank 0 -----------------------------------------------------
+@pytest.mark.multiprocess
+def test_bad_input_under_torchrun_is_said_once_and_every_rank_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import HANG_S, cli_env
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "caraml",
+           "run", "llm_training", "--preset", "smoke", "num_layers=3", "pp=2", "device=cpu", "power=off",
+           "--results", str(tmp_path / "r")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(), cwd=tmp_path)
+    said = "caraml: error: llm_training: num_layers=3 is not a multiple of pp=2 (equal pipeline stages)\n"
+    assert proc.returncode != 0 and proc.stderr.count(said) == 1, proc.stderr
+    root_cause = proc.stderr.split("Root Cause")[-1]
+    assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause, proc.stderr  # rank 0 failed first
+    assert not proc.stdout and not (tmp_path / "r" / "runs").exists()
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+@pytest.mark.parametrize("argv", [("workload", "no_such_workload"), ("param", "batch_size=x"),
+                                  ("layout", "tp=3"), ("argparse", "--no-such-option")], ids=lambda a: a[0])
+def test_bad_arguments_are_said_by_rank_0_only(monkeypatch, capsys, rank, argv):
+    import caraml.cli
+    from caraml.measure import stops
+
+    monkeypatch.setattr(stops, "catch_early", lambda: None)  # this process's own signal handlers stay
+    monkeypatch.setattr(caraml.cli, "QUIET_RANK_WAIT_S", 0.0)  # no launcher here to end the rank
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    workload = argv[1] if argv[0] == "workload" else "llm_training"
+    code, out, err = run_cli(capsys, "run", workload, "--preset", "smoke", *argv[1:] if argv[0] != "workload" else ())
+    assert code == 2 and not out
+    if rank == "0":
+        one_line(err)
+    else:
+        assert err == ""

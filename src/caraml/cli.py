@@ -12,18 +12,54 @@ from caraml.errors import BadInput, shown
 DEFAULT_RESULTS = "caraml-results"
 
 
+QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits for the launcher to end it (see _quiet_rank)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2: the contract for bad input
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        if not _quiet_rank():  # every rank has the same arguments: rank 0 says what is wrong with them
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _quiet_rank() -> bool:
+    """Whether this process is a rank other than 0 of a torchrun/srun launch, where every rank finds the same
+    fault in the same arguments: rank 0 says it, once; this rank says nothing and stays until the launcher ends
+    it (torchrun ends every rank once one fails) so that rank 0 fails first and its line is not cut short, at
+    most QUIET_RANK_WAIT_S (a launcher that lets the others run on); then it exits 2 as well."""
+    import signal
+    import time
+
+    from caraml.measure.stops import STOP_SIGNALS
+
+    try:
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or int(os.environ.get("RANK", "0")) == 0:
+            return False
+    except ValueError:
+        return False
+    old = {sig: signal.signal(sig, signal.SIG_DFL) for sig in STOP_SIGNALS}  # the launcher's SIGTERM ends it
+    try:
+        time.sleep(QUIET_RANK_WAIT_S)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return True
 
 
 def _run(args) -> int:
     from caraml.params import parse_assignments
-    from caraml.runner import RunSpec, execute
+    from caraml.runner import RunSpec, execute, resolve
 
-    spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
-                   system=args.system, results=args.results)
+    try:  # what only the arguments and the world size decide: every rank finds the same fault (see _quiet_rank)
+        spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
+                       system=args.system, results=args.results)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1:
+            run = resolve(spec)
+            run.workload.parallel_dims(run.config, world)
+    except BadInput as exc:
+        exc.every_rank = True
+        raise
     record = execute(spec)
     from caraml.distributed import launch_env
 
@@ -167,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = args.func(args)
     except BadInput as exc:
-        print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
+        if not (getattr(exc, "every_rank", False) and _quiet_rank()):
+            print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
         return 2
     except KeyboardInterrupt:
         print("caraml: interrupted", file=sys.stderr)
