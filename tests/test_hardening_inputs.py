@@ -286,3 +286,34 @@ def test_bad_arguments_are_said_by_rank_0_only(monkeypatch, capsys, rank, argv):
         one_line(err)
     else:
         assert err == ""
+
+
+@pytest.mark.parametrize("devices, extra", [(1, {}), (2, {}), (1, {"micro_batch_size": 1}), (2, {"pp": 2}),
+                                            (4, {"pp": 2, "grad_accumulation": 3})], ids=ID)
+def test_global_batch_hints_name_only_values_that_are_accepted(devices, extra):
+    import re
+
+    from caraml import workloads
+    from caraml.settings import RUN_PARAMS
+
+    wl = workloads.get("llm_training")
+    declared, preset = wl.params + RUN_PARAMS, wl.presets["smoke"]
+    extra = {"grad_accumulation": 2, **extra} if "pp" in extra else extra
+    hinted = 0
+    for gbs in range(1, 30):
+        given = {**extra, "global_batch_size": gbs}
+        problem = wl.launch_problem(params.resolve(declared, given, wl.name, preset), devices)
+        if problem is None:
+            continue
+        fix = problem.split("; ", 1)[1]
+        pairs = re.findall(r"global_batch_size=(\d+) grad_accumulation=(\d+)", fix)
+        suggested = [{"global_batch_size": int(g), "grad_accumulation": int(a)} for g, a in pairs]
+        rest = re.sub(r"global_batch_size=\d+ grad_accumulation=\d+", "", fix)
+        suggested += [{"grad_accumulation": int(n)} for n in re.findall(r"grad_accumulation=(\d+)", rest)]
+        suggested += [{"global_batch_size": int(n)} for n in re.findall(r"global_batch_size=(\d+)", rest)]
+        assert len(suggested) >= 2, problem  # global_batch_size=0, and one that keeps the batch or one near it
+        for change in suggested:
+            assert wl.launch_problem(params.resolve(declared, {**given, **change}, wl.name, preset), devices) is None, \
+                (problem, change)
+        hinted += 1
+    assert hinted > 10
