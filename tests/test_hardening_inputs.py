@@ -317,3 +317,17 @@ def test_global_batch_hints_name_only_values_that_are_accepted(devices, extra):
                 (problem, change)
         hinted += 1
     assert hinted > 10
+
+
+# messages that say what is wrong --------------------------------------------------------------------
+@pytest.mark.parametrize("root", [None, "/some/data"])
+def test_a_missing_absolute_data_path_is_said_to_be_missing(tmp_path, root):
+    from caraml.data.megatron import locate
+
+    with pytest.raises(BadInput) as exc:
+        locate(str(tmp_path / "ds"), root)
+    assert str(exc.value) == (f"no Megatron dataset at {tmp_path / 'ds'}: {tmp_path / 'ds.idx'} does not exist "
+                              "(make one with `caraml data prepare`)")
+    (tmp_path / "ds.idx").mkdir()
+    with pytest.raises(BadInput, match=f"{tmp_path / 'ds.idx'} is not a file"):
+        locate(str(tmp_path / "ds.bin"), root)
