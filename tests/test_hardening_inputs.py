@@ -331,3 +331,23 @@ def test_a_missing_absolute_data_path_is_said_to_be_missing(tmp_path, root):
     (tmp_path / "ds.idx").mkdir()
     with pytest.raises(BadInput, match=f"{tmp_path / 'ds.idx'} is not a file"):
         locate(str(tmp_path / "ds.bin"), root)
+
+
+@pytest.mark.parametrize("half", ["idx", "bin"])
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_data_info_on_a_fifo_or_folder_says_it_is_not_a_regular_file(tmp_path, capsys, half, kind):
+    import os
+
+    import numpy as np
+
+    from caraml.data.megatron import IndexedDatasetWriter
+
+    prefix = tmp_path / "ds"
+    with IndexedDatasetWriter(prefix, np.uint16) as w:
+        w.add_document([1, 2, 3])
+    target = tmp_path / f"ds.{half}"
+    target.unlink()
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    code, out, err = run_cli(capsys, "data", "info", prefix)  # never opened: a FIFO would block the read
+    what = {"fifo": "a FIFO", "folder": "a folder"}[kind]
+    assert code == 2 and f"{target} is not a regular file ({what})" in one_line(err) and not out
