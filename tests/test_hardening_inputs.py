@@ -351,3 +351,30 @@ def test_data_info_on_a_fifo_or_folder_says_it_is_not_a_regular_file(tmp_path, c
     code, out, err = run_cli(capsys, "data", "info", prefix)  # never opened: a FIFO would block the read
     what = {"fifo": "a FIFO", "folder": "a folder"}[kind]
     assert code == 2 and f"{target} is not a regular file ({what})" in one_line(err) and not out
+
+
+def _script_chars(results):
+    scripts = list(results.rglob("*.sh"))
+    assert scripts
+    return [c for s in scripts for c in s.read_text() if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+
+
+def test_job_scripts_carry_no_control_characters(tmp_path, capsys):
+    """A suite variable is only shown in the script's comment and the dry run's listing: as text."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE + 'vars: {note: "a\\0b\\x1b[2J"}\n')
+    code, out, err = run_cli(capsys, "sweep", path, "--system", "CPU", "--executor", "slurm", "--dry-run",
+                             "--results", tmp_path / "r")
+    assert code == 0, err
+    assert not _script_chars(tmp_path / "r") and "note=a\\x00b\\x1b[2J" in out and "\x1b" not in out
+
+
+@pytest.mark.parametrize("site", ['env = {K = "a\\u0000b"}', 'partition = "gpu\\u0000"',
+                                  'sbatch_lines = ["--x\\u0000"]', 'container_python = "py\\u001b[2J"'], ids=ID)
+def test_site_values_with_control_characters_are_refused_in_job_scripts(tmp_path, monkeypatch, capsys, site):
+    (tmp_path / "H100.toml").write_text(f'[site]\ncontainer = "img.sif"\n{site}\n')
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    suite = tmp_path / "one.yaml"
+    suite.write_text(SUITE)
+    code, out, err = run_cli(capsys, "launch", suite, "--system", "H100", "--script")
+    assert code == 2 and not out and "contains a control character" in one_line(err)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from caraml.campaign.executors import EXECUTORS
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 
 
 def add_parsers(sub, results_default: str) -> None:
@@ -119,7 +119,7 @@ def sweep_command(args) -> int:
         print(json.dumps([p.as_json() for p in plan.points], default=str))
     else:
         for i, p in enumerate(plan.points, 1):
-            print(f"{i:>4} {p.id}  " + " ".join(f"{k}={v}" for k, v in p.shown.items()))
+            print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())))
         print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
               + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
     for note in notes:
