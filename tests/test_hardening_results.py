@@ -266,3 +266,16 @@ def test_error_messages_quote_values_as_text(tmp_path, capsys):
     code, _, err = run_cli(capsys, "result", "--results", results, "--workload", "x\x1b]0;owned\x07\u202e\r")
     assert code == 2 and "'x\\x1b]0;owned\\x07\\u202e\\r'" in err
     assert not [c for c in err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0 or c == "\u202e"]
+
+
+def test_skipped_record_files_are_named_as_text(tmp_path, capsys):
+    results = tmp_path / "results"
+    two_systems(results)
+    (results / "runs" / "\x1b[2Jbad.json").write_text("{")
+    odd = image("H100", 512, "bf16", 1.0)
+    odd["status"] = "\x1b]0;owned\x07"
+    (results / "runs" / "\x1b[31modd.json").write_text(json.dumps(odd))
+    code, out, err = run_cli(capsys, "result", "--results", results)
+    assert code == 0 and "skipping unreadable record" in err and "\\x1b[2Jbad.json" in err
+    assert "skipping record" in err and "\\x1b[31modd.json" in err
+    assert not [c for c in out + err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
