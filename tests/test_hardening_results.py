@@ -279,3 +279,14 @@ def test_skipped_record_files_are_named_as_text(tmp_path, capsys):
     assert code == 0 and "skipping unreadable record" in err and "\\x1b[2Jbad.json" in err
     assert "skipping record" in err and "\\x1b[31modd.json" in err
     assert not [c for c in out + err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+
+
+def test_run_summary_prints_the_error_as_text(capsys):
+    from caraml.cli import _print_summary
+
+    rec = image("H100", 64, "bf16", None, status="failed")
+    rec["error"] = "RuntimeError: bad file /d/\x1b[2J\nline two"
+    _print_summary(rec)
+    out, err = capsys.readouterr()
+    assert "caraml: failed: RuntimeError: bad file /d/\\x1b[2J\\nline two\n" in err
+    assert not [c for c in out + err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 
 DEFAULT_RESULTS = "caraml-results"
 
@@ -82,8 +82,8 @@ def _print_summary(record: dict) -> None:
     out = sys.stdout
     print(render([record], "table"), file=out, end="")
     if record.get("error"):
-        print(f"caraml: {record['status']}: {record['error']}", file=sys.stderr)
-    print(f"caraml: record saved to {record.get('path')}", file=sys.stderr)
+        print(printable(f"caraml: {record['status']}: {record['error']}"), file=sys.stderr)
+    print(printable(f"caraml: record saved to {record.get('path')}"), file=sys.stderr)
 
 
 def _systems(args) -> int:
