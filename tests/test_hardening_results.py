@@ -290,3 +290,31 @@ def test_run_summary_prints_the_error_as_text(capsys):
     out, err = capsys.readouterr()
     assert "caraml: failed: RuntimeError: bad file /d/\\x1b[2J\\nline two\n" in err
     assert not [c for c in out + err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+
+
+def test_figures_with_control_characters_in_names_are_valid_svg(tmp_path, capsys, recwarn):
+    import xml.dom.minidom
+
+    results, out = tmp_path / "results", tmp_path / "plots"
+    rec = image("H100\x1b[2J\x00", 64, "bf16", 100.0, energy_wh=10.0, units_per_wh=900.0)
+    rec["params"]["model"] = "m\x07"
+    write(results, rec)
+    write(results, image("A100", 64, "bf16", 50.0, energy_wh=10.0, units_per_wh=500.0))
+    for kind in ("throughput", "efficiency", "pareto"):
+        code, _, err = run_cli(capsys, "plot", kind, "--results", results, "--out", out)
+        assert code == 0, err
+    svgs = sorted(out.glob("*.svg"))
+    assert len(svgs) == 3
+    for svg in svgs:
+        xml.dom.minidom.parse(str(svg))  # an SVG holding a control character is not XML
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
+def test_the_report_holds_no_control_characters(tmp_path):
+    from caraml.results.report import write_report
+
+    results = tmp_path / "results"
+    _hostile(results)
+    html = write_report(str(results), str(tmp_path / "r.html")).read_text()
+    assert not [c for c in html if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0]
+    assert "H100\\x1b[2J" in html and "<script>alert" not in html

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 
 
 def add_parsers(sub, results_default: str) -> None:
@@ -80,7 +80,7 @@ def _compare(args) -> int:
     if not done:
         raise problems[0]
     for exc in problems:  # other workloads were compared; say why these were not
-        print(f"caraml: not compared: {exc}", file=sys.stderr)
+        print(printable(f"caraml: not compared: {exc}"), file=sys.stderr)
     if args.format == "json":
         print(json.dumps([as_json(c) for c in done], indent=1, default=str))
     else:
