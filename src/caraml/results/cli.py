@@ -16,7 +16,10 @@ def add_parsers(sub, results_default: str) -> None:
     result.add_argument("--columns", action="append", metavar="a,b,...",
                         help="show these columns (keys or headers, e.g. system,throughput,units_per_wh)")
     result.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "rows-json"),
-                        help="json: the records themselves; rows-json: the table rows as JSON objects")
+                        help="json: the records themselves; rows-json: the table rows as JSON objects. Text from "
+                             "records is shown as text in every format: control characters (an escape code) as "
+                             "escapes such as \\x1b (csv keeps line breaks, quoted); markdown cells escape HTML, "
+                             "pipes and links")
     result.set_defaults(func=_result)
 
     compare = sub.add_parser("compare", help="the same configurations side by side across systems, precisions, ...",
