@@ -286,6 +286,8 @@ def test_bad_arguments_are_said_by_rank_0_only(monkeypatch, capsys, rank, argv):
         one_line(err)
     else:
         assert err == ""
+    code, _, err = run_cli(capsys, "result", "--no-such-option")  # not a rank's command: said, whatever the env
+    assert code == 2 and "unrecognized arguments" in one_line(err)
 
 
 @pytest.mark.parametrize("devices, extra", [(1, {}), (2, {}), (1, {"micro_batch_size": 1}), (2, {"pp": 2}),

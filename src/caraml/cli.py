@@ -13,6 +13,7 @@ DEFAULT_RESULTS = "caraml-results"
 
 
 QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits for the launcher to end it (see _quiet_rank)
+_RANKED = False  # whether this process runs `caraml run`, the command a launcher starts once per rank
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,7 +34,7 @@ def _quiet_rank() -> bool:
     from caraml.measure.stops import STOP_SIGNALS
 
     try:
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or int(os.environ.get("RANK", "0")) == 0:
+        if not _RANKED or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or int(os.environ.get("RANK", "0")) == 0:
             return False
     except ValueError:
         return False
@@ -183,7 +184,9 @@ def _robust_output() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["run"]:
+    global _RANKED
+    _RANKED = (sys.argv[1:] if argv is None else argv)[:1] == ["run"]  # the command torchrun and srun start
+    if _RANKED:
         from caraml.measure.stops import catch_early
 
         catch_early()  # a stop during start-up must still leave a record
