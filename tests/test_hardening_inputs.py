@@ -380,3 +380,11 @@ def test_site_values_with_control_characters_are_refused_in_job_scripts(tmp_path
     suite.write_text(SUITE)
     code, out, err = run_cli(capsys, "launch", suite, "--system", "H100", "--script")
     assert code == 2 and not out and "contains a control character" in one_line(err)
+
+
+def test_systems_lists_profile_text_as_text(tmp_path, monkeypatch, capsys):
+    (tmp_path / "H100.toml").write_text('accelerator = "NVIDIA H100\\u001b[2J"\nvendor = "nv\\u0007"\n')
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    code, out, err = run_cli(capsys, "systems")
+    assert code == 0, err
+    assert "NVIDIA H100\\x1b[2J" in out and not [c for c in out if ord(c) < 32 and c != "\n"]

@@ -98,8 +98,9 @@ def _systems(args) -> int:
     for tag in tags:
         p = systems.get(tag)
         bf16 = p.get("peak_tflops", {}).get("bf16")
-        print(f"{tag:<9} {p['vendor']:<9} {p['devices_per_node']:>8} {p['memory_per_device_gb']:>7g} "
-              f"{bf16 if bf16 is not None else '-':>8}  {','.join(p['power_methods']):<12} {p['accelerator']}")
+        print(printable(f"{tag:<9} {p['vendor']:<9} {p['devices_per_node']:>8} {p['memory_per_device_gb']:>7g} "
+                        f"{bf16 if bf16 is not None else '-':>8}  {','.join(p['power_methods']):<12} "
+                        f"{p['accelerator']}"))
     return 0
 
 
