@@ -220,3 +220,171 @@ def test_site_values_are_quoted_short_in_job_scripts(tmp_path, monkeypatch, caps
 def test_shipped_profiles_pass_their_own_check():
     assert {"H100", "CPU", "GC200"} <= set(systems.profiles())
     assert json.dumps(systems.get("JUPITER"))
+
+
+# text values: nothing a shell, an exec or a terminal would act on ------------------------------------
+@pytest.mark.parametrize("raw", ["a\0b", "a\x1b[2Jb", "a\nb", "a\rb", "a\x7fb", "a\x9bb", "a\tb"], ids=ID)
+def test_text_parameters_refuse_control_characters(raw):
+    with pytest.raises(BadInput, match=r"^w: data_path=a\\.*b contains a control character .*; give printable text"):
+        params.Param("data_path", str, "").parse(raw, "w")
+    assert params.Param("data_path", str, "").parse(" /d/ü ñ.bin ", "w") == "/d/ü ñ.bin"
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_nul_in_a_suite_value_is_one_line_before_anything_runs(tmp_path, capsys, executor):
+    path = tmp_path / "nul.yaml"
+    path.write_text('workload: llm_training\npreset: smoke\nparams: {data: oscar, data_path: "a\\0b"}\n')
+    argv = ["sweep", path, "--system", "CPU", "--results", tmp_path / "r", "--executor", executor]
+    code, out, err = run_cli(capsys, *argv, *(["--dry-run"] if executor == "slurm" else []))
+    assert code == 2 and "data_path=a\\x00b contains a control character" in one_line(err)
+    assert not out and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python", "no-such-python-here", "."], ids=ID)
+def test_sweep_python_that_does_not_exist_is_one_line_before_anything_runs(tmp_path, capsys, python):
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE)
+    code, out, err = run_cli(capsys, "sweep", path, "--system", "CPU", "--results", tmp_path / "r", "--python", python)
+    assert code == 2 and f"--python {python}: " in one_line(err) and "Python interpreter" in err
+    assert not out and not (tmp_path / "r").exists()
+
+
+# bad input under torchrun: said once, by rank 0 -----------------------------------------------------
+@pytest.mark.multiprocess
+def test_bad_input_under_torchrun_is_said_once_and_every_rank_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import HANG_S, cli_env
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "caraml",
+           "run", "llm_training", "--preset", "smoke", "num_layers=3", "pp=2", "device=cpu", "power=off",
+           "--results", str(tmp_path / "r")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(), cwd=tmp_path)
+    said = "caraml: error: llm_training: num_layers=3 is not a multiple of pp=2 (equal pipeline stages)\n"
+    assert proc.returncode != 0 and proc.stderr.count(said) == 1, proc.stderr
+    root_cause = proc.stderr.split("Root Cause")[-1]
+    assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause, proc.stderr  # rank 0 failed first
+    assert not proc.stdout and not (tmp_path / "r" / "runs").exists()
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+@pytest.mark.parametrize("argv", [("workload", "no_such_workload"), ("param", "batch_size=x"),
+                                  ("layout", "tp=3"), ("argparse", "--no-such-option")], ids=lambda a: a[0])
+def test_bad_arguments_are_said_by_rank_0_only(monkeypatch, capsys, rank, argv):
+    import caraml.cli
+    from caraml.measure import stops
+
+    monkeypatch.setattr(stops, "catch_early", lambda: None)  # this process's own signal handlers stay
+    monkeypatch.setattr(caraml.cli, "QUIET_RANK_WAIT_S", 0.0)  # no launcher here to end the rank
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    workload = argv[1] if argv[0] == "workload" else "llm_training"
+    code, out, err = run_cli(capsys, "run", workload, "--preset", "smoke", *argv[1:] if argv[0] != "workload" else ())
+    assert code == 2 and not out
+    if rank == "0":
+        one_line(err)
+    else:
+        assert err == ""
+    code, _, err = run_cli(capsys, "result", "--no-such-option")  # not a rank's command: said, whatever the env
+    assert code == 2 and "unrecognized arguments" in one_line(err)
+
+
+@pytest.mark.parametrize("devices, extra", [(1, {}), (2, {}), (1, {"micro_batch_size": 1}), (2, {"pp": 2}),
+                                            (4, {"pp": 2, "grad_accumulation": 3})], ids=ID)
+def test_global_batch_hints_name_only_values_that_are_accepted(devices, extra):
+    import re
+
+    from caraml import workloads
+    from caraml.settings import RUN_PARAMS
+
+    wl = workloads.get("llm_training")
+    declared, preset = wl.params + RUN_PARAMS, wl.presets["smoke"]
+    extra = {"grad_accumulation": 2, **extra} if "pp" in extra else extra
+    hinted = 0
+    for gbs in range(1, 30):
+        given = {**extra, "global_batch_size": gbs}
+        problem = wl.launch_problem(params.resolve(declared, given, wl.name, preset), devices)
+        if problem is None:
+            continue
+        fix = problem.split("; ", 1)[1]
+        pairs = re.findall(r"global_batch_size=(\d+) grad_accumulation=(\d+)", fix)
+        suggested = [{"global_batch_size": int(g), "grad_accumulation": int(a)} for g, a in pairs]
+        rest = re.sub(r"global_batch_size=\d+ grad_accumulation=\d+", "", fix)
+        suggested += [{"grad_accumulation": int(n)} for n in re.findall(r"grad_accumulation=(\d+)", rest)]
+        suggested += [{"global_batch_size": int(n)} for n in re.findall(r"global_batch_size=(\d+)", rest)]
+        assert len(suggested) >= 2, problem  # global_batch_size=0, and one that keeps the batch or one near it
+        for change in suggested:
+            assert wl.launch_problem(params.resolve(declared, {**given, **change}, wl.name, preset), devices) is None, \
+                (problem, change)
+        hinted += 1
+    assert hinted > 10
+
+
+# messages that say what is wrong --------------------------------------------------------------------
+@pytest.mark.parametrize("root", [None, "/some/data"])
+def test_a_missing_absolute_data_path_is_said_to_be_missing(tmp_path, root):
+    from caraml.data.megatron import locate
+
+    with pytest.raises(BadInput) as exc:
+        locate(str(tmp_path / "ds"), root)
+    assert str(exc.value) == (f"no Megatron dataset at {tmp_path / 'ds'}: {tmp_path / 'ds.idx'} does not exist "
+                              "(make one with `caraml data prepare`)")
+    (tmp_path / "ds.idx").mkdir()
+    with pytest.raises(BadInput, match=f"{tmp_path / 'ds.idx'} is not a file"):
+        locate(str(tmp_path / "ds.bin"), root)
+
+
+@pytest.mark.parametrize("half", ["idx", "bin"])
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_data_info_on_a_fifo_or_folder_says_it_is_not_a_regular_file(tmp_path, capsys, half, kind):
+    import os
+
+    import numpy as np
+
+    from caraml.data.megatron import IndexedDatasetWriter
+
+    prefix = tmp_path / "ds"
+    with IndexedDatasetWriter(prefix, np.uint16) as w:
+        w.add_document([1, 2, 3])
+    target = tmp_path / f"ds.{half}"
+    target.unlink()
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    code, out, err = run_cli(capsys, "data", "info", prefix)  # never opened: a FIFO would block the read
+    what = {"fifo": "a FIFO", "folder": "a folder"}[kind]
+    assert code == 2 and f"{target} is not a regular file ({what})" in one_line(err) and not out
+
+
+def _script_chars(results):
+    scripts = list(results.rglob("*.sh"))
+    assert scripts
+    return [c for s in scripts for c in s.read_text() if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+
+
+def test_job_scripts_carry_no_control_characters(tmp_path, capsys):
+    """A suite variable is only shown in the script's comment and the dry run's listing: as text."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE + 'vars: {note: "a\\0b\\x1b[2J"}\n')
+    code, out, err = run_cli(capsys, "sweep", path, "--system", "CPU", "--executor", "slurm", "--dry-run",
+                             "--results", tmp_path / "r")
+    assert code == 0, err
+    assert not _script_chars(tmp_path / "r") and "note=a\\x00b\\x1b[2J" in out and "\x1b" not in out
+
+
+@pytest.mark.parametrize("site", ['env = {K = "a\\u0000b"}', 'partition = "gpu\\u0000"',
+                                  'sbatch_lines = ["--x\\u0000"]', 'container_python = "py\\u001b[2J"'], ids=ID)
+def test_site_values_with_control_characters_are_refused_in_job_scripts(tmp_path, monkeypatch, capsys, site):
+    (tmp_path / "H100.toml").write_text(f'[site]\ncontainer = "img.sif"\n{site}\n')
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    suite = tmp_path / "one.yaml"
+    suite.write_text(SUITE)
+    code, out, err = run_cli(capsys, "launch", suite, "--system", "H100", "--script")
+    assert code == 2 and not out and "contains a control character" in one_line(err)
+
+
+def test_systems_lists_profile_text_as_text(tmp_path, monkeypatch, capsys):
+    (tmp_path / "H100.toml").write_text('accelerator = "NVIDIA H100\\u001b[2J"\nvendor = "nv\\u0007"\n')
+    monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
+    code, out, err = run_cli(capsys, "systems")
+    assert code == 0, err
+    assert "NVIDIA H100\\x1b[2J" in out and not [c for c in out if ord(c) < 32 and c != "\n"]

@@ -195,3 +195,126 @@ def test_long_values_are_quoted_short(tmp_path, capsys, argv):
     two_systems(results)
     code, _, err = run_cli(capsys, *argv, "--results", results)
     assert code == 2 and len(err) < 1000 and "…" in err and len(err.strip().splitlines()) == 1
+
+
+HOSTILE = {"system": "H100\x1b[2J\x1b]0;owned\x07\x9b31m", "model": "<script>alert(1)</script>\n| x | y |\r[a](http://e)\\"}
+
+
+def _hostile(results: Path) -> None:
+    rec = image(HOSTILE["system"], 64, "bf16", 2400.0)
+    rec["params"]["model"] = HOSTILE["model"]
+    write(results, rec)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
+def test_record_strings_cannot_drive_the_terminal(tmp_path, capsys, fmt):
+    """Escape codes and other control characters in record strings are shown as text, never sent to a terminal;
+    rich markup is text too."""
+    results = tmp_path / "results"
+    _hostile(results)
+    rec = image("[bold]CPU[/bold] :smile:", 128, "bf16", 1000.0)
+    write(results, rec)
+    code, out, err = run_cli(capsys, "result", "--results", results, "--format", fmt)
+    assert code == 0, err
+    controls = [c for c in out if (ord(c) < 32 and c not in "\n") or 0x7f <= ord(c) < 0xa0]
+    assert not controls, controls
+    assert "\\x1b[2J" in out and "\\x9b31m" in out
+    if fmt != "csv":
+        assert "[bold]CPU[/bold] :smile:" in out
+    lines = out.splitlines()
+    if fmt == "table":  # one line per row: a newline in a value is shown as \n
+        assert sum("\\x1b[2J" in line for line in lines) == 1 and "<script>alert(1)</script>\\n" in out
+    if fmt == "csv":  # faithful: newlines quoted (as CSV quotes them), escape codes as text
+        import csv as csvlib
+        import io
+
+        rows = list(csvlib.DictReader(io.StringIO(out)))
+        hostile = next(r for r in rows if r["System"].startswith("H100"))
+        assert hostile["Model"] == HOSTILE["model"].replace("\r", "\\r")
+        assert hostile["System"] == "H100\\x1b[2J\\x1b]0;owned\\x07\\x9b31m"
+
+
+def test_markdown_cells_are_text(tmp_path, capsys):
+    """No HTML, no links, no extra cells or rows from a record's strings."""
+    results = tmp_path / "results"
+    _hostile(results)
+    code, out, err = run_cli(capsys, "result", "--results", results, "--format", "markdown")
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    header, _, body = rows[0], rows[1], rows[2:]
+    assert len(body) == 1
+    cells = [c for c in body[0].replace("\\\\", "").replace("\\|", "").split("|")]
+    assert len(cells) == len(header.split("|"))
+    assert "<script>" not in out and "&lt;script&gt;alert(1)&lt;/script&gt;<br>" in out
+    assert "](http" not in out and "\\r" in out
+
+
+def test_row_lines_cannot_drive_the_terminal(tmp_path, capsys):
+    results = tmp_path / "results"
+    _hostile(results)
+    one_line = tmp_path / "record.txt"  # as `caraml run --json` prints it
+    one_line.write_text(json.dumps(json.loads(next((results / "runs").glob("*.json")).read_text())) + "\n")
+    code, out, err = run_cli(capsys, "row", one_line)
+    assert code == 0, err
+    assert not [c for c in out if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+    assert "system=H100\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\n" in out
+
+
+def test_error_messages_quote_values_as_text(tmp_path, capsys):
+    results = tmp_path / "results"
+    two_systems(results)
+    code, _, err = run_cli(capsys, "result", "--results", results, "--workload", "x\x1b]0;owned\x07\u202e\r")
+    assert code == 2 and "'x\\x1b]0;owned\\x07\\u202e\\r'" in err
+    assert not [c for c in err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0 or c == "\u202e"]
+
+
+def test_skipped_record_files_are_named_as_text(tmp_path, capsys):
+    results = tmp_path / "results"
+    two_systems(results)
+    (results / "runs" / "\x1b[2Jbad.json").write_text("{")
+    odd = image("H100", 512, "bf16", 1.0)
+    odd["status"] = "\x1b]0;owned\x07"
+    (results / "runs" / "\x1b[31modd.json").write_text(json.dumps(odd))
+    code, out, err = run_cli(capsys, "result", "--results", results)
+    assert code == 0 and "skipping unreadable record" in err and "\\x1b[2Jbad.json" in err
+    assert "skipping record" in err and "\\x1b[31modd.json" in err
+    assert not [c for c in out + err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+
+
+def test_run_summary_prints_the_error_as_text(capsys):
+    from caraml.cli import _print_summary
+
+    rec = image("H100", 64, "bf16", None, status="failed")
+    rec["error"] = "RuntimeError: bad file /d/\x1b[2J\nline two"
+    _print_summary(rec)
+    out, err = capsys.readouterr()
+    assert "caraml: failed: RuntimeError: bad file /d/\\x1b[2J\\nline two\n" in err
+    assert not [c for c in out + err if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+
+
+def test_figures_with_control_characters_in_names_are_valid_svg(tmp_path, capsys, recwarn):
+    import xml.dom.minidom
+
+    results, out = tmp_path / "results", tmp_path / "plots"
+    rec = image("H100\x1b[2J\x00", 64, "bf16", 100.0, energy_wh=10.0, units_per_wh=900.0)
+    rec["params"]["model"] = "m\x07"
+    write(results, rec)
+    write(results, image("A100", 64, "bf16", 50.0, energy_wh=10.0, units_per_wh=500.0))
+    for kind in ("throughput", "efficiency", "pareto"):
+        code, _, err = run_cli(capsys, "plot", kind, "--results", results, "--out", out)
+        assert code == 0, err
+    svgs = sorted(out.glob("*.svg"))
+    assert len(svgs) == 3
+    for svg in svgs:
+        xml.dom.minidom.parse(str(svg))  # an SVG holding a control character is not XML
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
+def test_the_report_holds_no_control_characters(tmp_path):
+    from caraml.results.report import write_report
+
+    results = tmp_path / "results"
+    _hostile(results)
+    html = write_report(str(results), str(tmp_path / "r.html")).read_text()
+    assert not [c for c in html if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0]
+    assert "H100\\x1b[2J" in html and "<script>alert" not in html

@@ -7,23 +7,60 @@ import json
 import os
 import sys
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 
 DEFAULT_RESULTS = "caraml-results"
 
 
+QUIET_RANK_WAIT_S = 10.0  # how long a rank other than 0 waits for the launcher to end it (see _quiet_rank)
+_RANKED = False  # whether this process runs `caraml run`, the command a launcher starts once per rank
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2: the contract for bad input
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        if not _quiet_rank():  # every rank has the same arguments: rank 0 says what is wrong with them
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _quiet_rank() -> bool:
+    """Whether this process is a rank other than 0 of a torchrun/srun launch, where every rank finds the same
+    fault in the same arguments: rank 0 says it, once; this rank says nothing and stays until the launcher ends
+    it (torchrun ends every rank once one fails) so that rank 0 fails first and its line is not cut short, at
+    most QUIET_RANK_WAIT_S (a launcher that lets the others run on); then it exits 2 as well."""
+    import signal
+    import time
+
+    from caraml.measure.stops import STOP_SIGNALS
+
+    try:
+        if not _RANKED or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or int(os.environ.get("RANK", "0")) == 0:
+            return False
+    except ValueError:
+        return False
+    old = {sig: signal.signal(sig, signal.SIG_DFL) for sig in STOP_SIGNALS}  # the launcher's SIGTERM ends it
+    try:
+        time.sleep(QUIET_RANK_WAIT_S)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return True
 
 
 def _run(args) -> int:
     from caraml.params import parse_assignments
-    from caraml.runner import RunSpec, execute
+    from caraml.runner import RunSpec, execute, resolve
 
-    spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
-                   system=args.system, results=args.results)
+    try:  # what only the arguments and the world size decide: every rank finds the same fault (see _quiet_rank)
+        spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
+                       system=args.system, results=args.results)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1:
+            run = resolve(spec)
+            run.workload.parallel_dims(run.config, world)
+    except BadInput as exc:
+        exc.every_rank = True
+        raise
     record = execute(spec)
     from caraml.distributed import launch_env
 
@@ -46,8 +83,8 @@ def _print_summary(record: dict) -> None:
     out = sys.stdout
     print(render([record], "table"), file=out, end="")
     if record.get("error"):
-        print(f"caraml: {record['status']}: {record['error']}", file=sys.stderr)
-    print(f"caraml: record saved to {record.get('path')}", file=sys.stderr)
+        print(printable(f"caraml: {record['status']}: {record['error']}"), file=sys.stderr)
+    print(printable(f"caraml: record saved to {record.get('path')}"), file=sys.stderr)
 
 
 def _systems(args) -> int:
@@ -61,8 +98,9 @@ def _systems(args) -> int:
     for tag in tags:
         p = systems.get(tag)
         bf16 = p.get("peak_tflops", {}).get("bf16")
-        print(f"{tag:<9} {p['vendor']:<9} {p['devices_per_node']:>8} {p['memory_per_device_gb']:>7g} "
-              f"{bf16 if bf16 is not None else '-':>8}  {','.join(p['power_methods']):<12} {p['accelerator']}")
+        print(printable(f"{tag:<9} {p['vendor']:<9} {p['devices_per_node']:>8} {p['memory_per_device_gb']:>7g} "
+                        f"{bf16 if bf16 is not None else '-':>8}  {','.join(p['power_methods']):<12} "
+                        f"{p['accelerator']}"))
     return 0
 
 
@@ -147,7 +185,9 @@ def _robust_output() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["run"]:
+    global _RANKED
+    _RANKED = (sys.argv[1:] if argv is None else argv)[:1] == ["run"]  # the command torchrun and srun start
+    if _RANKED:
         from caraml.measure.stops import catch_early
 
         catch_early()  # a stop during start-up must still leave a record
@@ -167,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = args.func(args)
     except BadInput as exc:
-        print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
+        if not (getattr(exc, "every_rank", False) and _quiet_rank()):
+            print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
         return 2
     except KeyboardInterrupt:
         print("caraml: interrupted", file=sys.stderr)

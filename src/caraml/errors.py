@@ -1,5 +1,8 @@
 """The one exception type for bad input: the CLI prints its message as one line and exits 2."""
 
+import re
+from functools import lru_cache
+
 SHOWN_CHARS = 200  # how much of a user's value an error message quotes
 
 
@@ -10,5 +13,28 @@ class BadInput(Exception):
 def shown(value, limit: int = SHOWN_CHARS) -> str:
     """A user's value as an error message quotes it: one line, at most `limit` characters (a 100k-character
     value would otherwise be the message)."""
-    text = str(value).replace("\r", "\\r").replace("\n", "\\n")
+    text = printable(str(value))
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+# What a terminal acts on instead of showing: C0 controls, DEL, C1 controls (CSI, OSC as one byte), the Unicode
+# line and paragraph separators, and the bidirectional overrides that make text read in another order.
+_ACTIVE = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+@lru_cache(maxsize=8)
+def _active(keep: str) -> re.Pattern:
+    return re.compile("[" + _ACTIVE + "]" if not keep else "(?![" + re.escape(keep) + "])[" + _ACTIVE + "]")
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every character a terminal would act on (an escape sequence's ESC, a carriage return, a line
+    break, ...) written as its escape (`\\x1b`, `\\r`, `\\n`), so that text from a record or a user reads as text;
+    the characters in `keep` (e.g. a line break CSV quotes) stay as they are."""
+    return _active(keep).sub(_escape, text)

@@ -8,6 +8,7 @@ line. Parsing is strict: unknown keys, wrong types and values outside the choice
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -15,6 +16,7 @@ from caraml.errors import BadInput, shown
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: in no path, name or option a person types
 INT_LIMIT = 2**63  # ints are int64 wherever they go (torch, SQLite, seeds): a larger one fails later, obscurely
 
 
@@ -82,6 +84,10 @@ class Param:
                 if not math.isfinite(value):
                     raise ValueError
                 return value
+            control = _CONTROL.search(text)
+            if control:  # exec refuses a NUL, bash a job script with one; a terminal acts on the others
+                raise BadInput(f"{workload}: {self.name}={shown(raw)} contains a control character "
+                               f"({shown(control.group())}); give printable text")
             return text
         except ValueError:
             kind = {bool: "on/off (true/false, 1/0)", int: "an integer (plain digits, e.g. 16)",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from caraml.campaign.executors import EXECUTORS
-from caraml.errors import BadInput
+from caraml.errors import BadInput, printable, shown
 
 
 def add_parsers(sub, results_default: str) -> None:
@@ -108,6 +108,8 @@ def sweep_command(args) -> int:
     if args.json and not args.dry_run:
         raise BadInput("--json goes with --dry-run (a real sweep saves records; see `caraml result`)")
     executor = get_executor(args.executor)
+    if args.python is not None and args.executor == "local":  # a SLURM job's interpreter lives on the nodes
+        _check_python(args.python)
     plan = sweep.plan(args.suite, args.tag, args.system, parse_assignments(args.overrides),
                       need_system=executor.needs_system, max_points=args.max_points)
     if not args.dry_run:
@@ -117,12 +119,20 @@ def sweep_command(args) -> int:
         print(json.dumps([p.as_json() for p in plan.points], default=str))
     else:
         for i, p in enumerate(plan.points, 1):
-            print(f"{i:>4} {p.id}  " + " ".join(f"{k}={v}" for k, v in p.shown.items()))
+            print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())))
         print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
               + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
     for note in notes:
         print(f"caraml: {note}", file=sys.stderr)
     return 0
+
+
+def _check_python(python: str) -> None:
+    import shutil
+
+    if not shutil.which(python):
+        raise BadInput(f"--python {shown(python)}: no such executable here; pass the path of a Python interpreter "
+                       f"with caraml installed (e.g. {sys.executable})")
 
 
 def container_command(args) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from caraml.campaign import container
 from caraml.campaign.expand import SweepPoint
 from caraml.campaign.launchers import Job, ShellWord, caraml_run_args, get_launcher, source_root, tasks_per_node
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -30,11 +30,20 @@ class JobOptions:
     done_file: str = ""  # when set, created when the job ends, however it ends (JUBE's done_file)
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # bash will not run a script with a NUL; a line break ends a line
+
+
 def q(value) -> str:
-    text = str(value)
-    if "\n" in text or "\r" in text:
-        raise BadInput(f"a value for a job script contains a line break: {shown(repr(text))}")
-    return shlex.quote(text)
+    return shlex.quote(_plain(str(value)))
+
+
+def _plain(text: str) -> str:
+    """`text` when it holds no control character (a line break, a NUL, an escape), else bad input naming it."""
+    control = _CONTROL.search(text)
+    if control:
+        kind = "a line break" if control.group() in "\r\n" else f"a control character ({shown(control.group())})"
+        raise BadInput(f"a value for a job script contains {kind}: '{shown(text)}'; give printable text")
+    return text
 
 
 def _tasks(point: SweepPoint) -> int:
@@ -69,8 +78,8 @@ def _sbatch_lines(point: SweepPoint, profile: dict, log: str) -> list[str]:
 
 
 def _extra(line: str) -> str:
-    line = str(line).strip()
-    if "\n" in line or not line.startswith("-"):
+    line = _plain(str(line).strip())
+    if not line.startswith("-"):
         raise BadInput(f"site.sbatch_lines entry '{shown(line)}' must be one sbatch option such as --mail-type=END")
     return line
 
@@ -102,7 +111,7 @@ def render(point: SweepPoint, profile: dict, opts: JobOptions, log: str) -> str:
             raise BadInput(f"site.env key '{shown(key)}' is not a valid environment variable name")
         env_lines.append(f"export {key}={q(value)}")
     settings = ", ".join(f"{k}={v}" for k, v in point.shown.items())
-    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {' '.join(settings.splitlines())}"]
+    out = ["#!/bin/bash", f"# caraml sweep point {point.id} on {point.system}: {printable(settings)}"]
     out += [f"#SBATCH {line}" for line in _sbatch_lines(point, profile, log)]
     out += [
         "",

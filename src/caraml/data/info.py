@@ -14,6 +14,8 @@ def run(args) -> int:
     from caraml.data.megatron import IndexedDataset, bin_path, idx_path, read_index, split_prefix
 
     prefix = split_prefix(args.prefix)
+    for path in (idx_path(prefix), bin_path(prefix)):
+        _regular_or_absent(path)
     index = read_index(idx_path(prefix))
     tokens = bin_path(prefix)
     if tokens.exists():
@@ -31,3 +33,22 @@ def run(args) -> int:
         print(f"lengths    {lengths.min()} to {lengths.max()} tokens per sequence")
     print(f"bin        {bin_line}")
     return 0
+
+
+def _regular_or_absent(path) -> None:
+    """A FIFO, device, socket or folder under a dataset's name is there but is no dataset file: said so (a FIFO is
+    never opened: reading it would wait for a writer)."""
+    import stat
+
+    from caraml.errors import BadInput
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # absent (or unreadable): read_index and IndexedDataset say which
+    if not stat.S_ISREG(mode):
+        kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+        kind = next((name for test, name in kinds if test(mode)), "a special file")
+        raise BadInput(f"{path} is not a regular file ({kind}); give the prefix of a Megatron .bin/.idx pair "
+                       "of files (e.g. made by `caraml data prepare`)")

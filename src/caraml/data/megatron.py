@@ -64,6 +64,10 @@ def locate(prefix: str, data_root: str | None) -> Path:
     for candidate in candidates:
         if idx_path(candidate).is_file():
             return candidate
+    if given.is_absolute():  # looked for there only: CARAML_DATA does not help
+        idx = idx_path(given)
+        raise BadInput(f"no Megatron dataset at {given}: {idx} {'is not a file' if idx.exists() else 'does not exist'}"
+                       " (make one with `caraml data prepare`)")
     where = " or ".join(str(idx_path(c)) for c in candidates)
     hint = "" if data_root else "; set CARAML_DATA to the folder that holds it"
     raise BadInput(f"no Megatron dataset {where}{hint} (make one with `caraml data prepare`)")

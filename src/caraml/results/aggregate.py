@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 from caraml.results.energy import Energy, energy_of, is_number
 from caraml.results.record import validate
 from caraml.settings import MEASUREMENT_KEYS
@@ -152,7 +152,7 @@ def load(results: str, warn=True) -> tuple[list[dict], list[str]]:
         if problems:
             skipped.append(f"{r['_path']}: {'; '.join(problems)}")
             if warn:
-                print(f"caraml: skipping record {r['_path']}: {'; '.join(problems)}", file=sys.stderr)
+                print(printable(f"caraml: skipping record {r['_path']}: {'; '.join(problems)}"), file=sys.stderr)
             continue
         kept.append(r)
     return kept, skipped

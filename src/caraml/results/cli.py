@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 
 
 def add_parsers(sub, results_default: str) -> None:
@@ -16,7 +16,10 @@ def add_parsers(sub, results_default: str) -> None:
     result.add_argument("--columns", action="append", metavar="a,b,...",
                         help="show these columns (keys or headers, e.g. system,throughput,units_per_wh)")
     result.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "rows-json"),
-                        help="json: the records themselves; rows-json: the table rows as JSON objects")
+                        help="json: the records themselves; rows-json: the table rows as JSON objects. Text from "
+                             "records is shown as text in every format: control characters (an escape code) as "
+                             "escapes such as \\x1b (csv keeps line breaks, quoted); markdown cells escape HTML, "
+                             "pipes and links")
     result.set_defaults(func=_result)
 
     compare = sub.add_parser("compare", help="the same configurations side by side across systems, precisions, ...",
@@ -80,7 +83,7 @@ def _compare(args) -> int:
     if not done:
         raise problems[0]
     for exc in problems:  # other workloads were compared; say why these were not
-        print(f"caraml: not compared: {exc}", file=sys.stderr)
+        print(printable(f"caraml: not compared: {exc}"), file=sys.stderr)
     if args.format == "json":
         print(json.dumps([as_json(c) for c in done], indent=1, default=str))
     else:

@@ -14,7 +14,7 @@ import io
 import json
 from pathlib import Path
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, printable, shown
 from caraml.paths import safe_name
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point
@@ -37,8 +37,9 @@ def _pyplot():
 
 def _plain(text) -> str:
     """A name from a record as plain text in a figure: `M$\\foo$` must not be parsed as mathtext (and fail).
-    Escaping `$` rather than turning mathtext off keeps the log axes' tick labels (2^3) rendered."""
-    return str(text).replace("$", r"\$")
+    Escaping `$` rather than turning mathtext off keeps the log axes' tick labels (2^3) rendered. Control
+    characters are shown as escapes: an SVG holding one is not XML, and no font has a glyph for it."""
+    return printable(str(text)).replace("$", r"\$")
 
 
 def _series(points: list[Point], without: tuple[str, ...]) -> dict[str, list[Point]]:
@@ -54,7 +55,7 @@ def _series(points: list[Point], without: tuple[str, ...]) -> dict[str, list[Poi
 
 
 def _unit(points: list[Point]) -> str:
-    return (points[0].unit or "units").capitalize()
+    return _plain((points[0].unit or "units").capitalize())
 
 
 def _gbs(p: Point):
@@ -177,8 +178,8 @@ def power_figure(record: dict):
     total = (f", {energy.total_wh:.3g} Wh in {energy.window or 'the run'} ({energy.source})"
              if energy.total_wh is not None else "")
     ax.set(xlabel="time (s)", ylabel="power (W)",
-           title=_plain(f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}\n"
-                        f"{record.get('run_id')}{total}"))
+           title=_plain(f"{record.get('workload')} on {(record.get('system') or {}).get('tag')}") + "\n"
+           + _plain(f"{record.get('run_id')}{total}"))
     ax.title.set_fontsize(9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, printable
 from caraml.results import plots
 from caraml.results.compare import compare
 from caraml.results.compare import tables as comparison_tables
@@ -104,8 +104,9 @@ def build(selection: Selection) -> str:
         body += _section_workload(workload, points)
     body += _section_power(selection)
     body += _section_runs(selection)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>CARAML results</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    # control characters from records (not allowed in HTML, and a NUL or an escape is never meant) as escapes
+    return printable("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>CARAML results</title>"
+                     f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n", keep="\n\t")
 
 
 def write_report(results: str, out: str, workload: str | None = None, where: list[str] | None = None) -> Path:

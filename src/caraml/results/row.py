@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, printable
 
 
 def add_parser(sub) -> None:
@@ -50,7 +50,7 @@ def text(value) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return " ".join(str(value).split())  # one line, whatever the value holds
+    return printable(" ".join(str(value).split()))  # one line of text, whatever the value holds
 
 
 def lines(record: dict) -> list[str]:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, printable
 from caraml.paths import safe_name
 
 _COLUMNS = """
@@ -81,7 +81,7 @@ class Store:
                     raise ValueError(problem)
             except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
                 if warn:
-                    print(f"caraml: skipping unreadable record {path}: {exc}", file=sys.stderr)
+                    print(printable(f"caraml: skipping unreadable record {path}: {exc}"), file=sys.stderr)
                 if skipped is not None:
                     skipped.append(f"{path}: {exc}")
                 continue

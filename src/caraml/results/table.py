@@ -2,6 +2,12 @@
 
 `Table` holds raw values; formatting happens only when rendering, so CSV and JSON carry exact
 numbers and the text table carries readable ones.
+
+Text from records is shown, never acted on: in the text table every character a terminal acts on (ESC, the
+other C0 and C1 controls, line breaks) is written as its escape (`\\x1b`, `\\n`) and rich markup is plain
+text; in Markdown `& < >` are entities, `\\ |` and a link's `](` are backslash-escaped and a line break is
+`<br>`; CSV keeps line breaks and tabs (its quoting holds them) and writes the other control characters as
+escapes, so that `cat` of the file cannot drive the terminal either; JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -9,7 +15,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
+
+from caraml.errors import printable
 
 FORMATS = ("table", "csv", "json", "markdown")
 RIGHT = ("int", "num", "pct", "gib", "ratio")
@@ -66,28 +75,45 @@ def _render_one(table: Table, fmt: str, titled: bool) -> str:
     if fmt == "csv":
         out = io.StringIO()
         if titled:
-            out.write(f"# {table.title}\n")
+            out.write(f"# {printable(table.title)}\n")
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(table.headers)
-        writer.writerows([["" if v is None else v for v in row] for row in table.rows])
+        writer.writerow([_csv(h) for h in table.headers])
+        writer.writerows([["" if v is None else _csv(v) for v in row] for row in table.rows])
         return out.getvalue()
     cells = shown(table)
     if fmt == "markdown":
         align = ["---:" if s in RIGHT else "---" for s in table.styles]
-        lines = [f"### {table.title}", "", "| " + " | ".join(table.headers) + " |", "| " + " | ".join(align) + " |"]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+        lines = [f"### {markdown_text(table.title)}", "", "| " + " | ".join(map(markdown_text, table.headers)) + " |",
+                 "| " + " | ".join(align) + " |"]
+        lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in cells]
         return "\n".join(lines) + "\n"
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
 
-    rich_table = RichTable(title=table.title, title_justify="left", show_lines=False)
+    rich_table = RichTable(title=Text(printable(table.title)), title_justify="left", show_lines=False)
     for header, style in zip(table.headers, table.styles):
-        rich_table.add_column(header, justify="right" if style in RIGHT else "left", overflow="fold")
+        rich_table.add_column(Text(printable(header)), justify="right" if style in RIGHT else "left",
+                              overflow="fold")
     for row in cells:
-        rich_table.add_row(*row)
+        rich_table.add_row(*(Text(printable(c)) for c in row))
     buffer = io.StringIO()
     Console(file=buffer, width=10_000, color_system=None).print(rich_table)
     return buffer.getvalue()
+
+
+def _csv(value):
+    return printable(value, keep="\n\t") if isinstance(value, str) else value
+
+
+_MARKDOWN = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "|": "\\|", "](": "]\\(", "\r\n": "<br>",
+             "\n": "<br>"}
+_MARKDOWN_RE = re.compile("|".join(map(re.escape, sorted(_MARKDOWN, key=len, reverse=True))))
+
+
+def markdown_text(text: str) -> str:
+    """`text` as one Markdown table cell that shows it: no HTML, no link, no cell or row of its own."""
+    return printable(_MARKDOWN_RE.sub(lambda m: _MARKDOWN[m.group()], text))
 
 
 def html_table(table: Table, css_class: str = "data") -> str:

@@ -121,8 +121,8 @@ def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
     derived = b.global_batch(dp)
     if b.global_batch_size and b.global_batch_size != derived:
         return (f"global_batch_size={b.global_batch_size} is not dp x micro_batch_size x grad_accumulation = "
-                f"{dp} x {b.micro_batch_size} x {b.grad_accumulation} = {derived}; give global_batch_size=0 or "
-                f"grad_accumulation={max(1, b.global_batch_size // max(1, dp * b.micro_batch_size))}")
+                f"{dp} x {b.micro_batch_size} x {b.grad_accumulation} = {derived}; "
+                + _global_batch_fix(b.global_batch_size, dp * b.micro_batch_size, pp))
     return size_problem(cfg)
 
 
@@ -154,6 +154,20 @@ def size_problem(cfg: TrainingConfig) -> str | None:
     return (f"model_size={m.model_size} is the shape {text(f'{k}={v}' for k, v in named.items())}, but this model "
             f"has {text(f'{k}={shape[k]}' for k in SIZE_FIELDS if shape[k] != named[k])}; give model_size=custom "
             f"for this shape, or --preset {m.model_size} for {m.model_size}'s")
+
+
+def _global_batch_fix(wanted: int, unit: int, pp: int) -> str:
+    """Only values the check accepts: the grad_accumulation that gives `wanted` samples, or, when none does, the
+    nearest global batch sizes that one does (a multiple of dp x micro_batch_size, with a pipeline filled)."""
+    least = max(1, pp)  # micro-batches per iteration a pipeline of pp stages needs
+    if wanted % unit == 0 and wanted // unit >= least:
+        return f"give global_batch_size=0 or grad_accumulation={wanted // unit}"
+    near = sorted({max(least, wanted // unit), max(least, -(-wanted // unit))})  # micro-batches per replica
+    need = f"a multiple of dp x micro_batch_size = {unit}" + (f", at least {least * unit} to fill pp={pp} stages"
+                                                               if least > 1 else "")
+    return (f"no grad_accumulation gives {wanted} samples ({need}): give "
+            + " or ".join(f"global_batch_size={n * unit} grad_accumulation={n}" for n in near)
+            + ", or global_batch_size=0")
 
 
 def dims(cfg: TrainingConfig, world: int):
