@@ -90,3 +90,35 @@ def test_ic_caraml_images_per_s_is_the_mean_over_epochs():
 def test_ic_caraml_images_per_s_is_not_all_images_over_all_time():
     out = ic_results([1.0, 4.0], dataset_size=2000)  # 2000 and 500 images/s: mean 1250, 4000 images / 5 s = 800
     assert out["caraml_images_per_s"]["value"] == pytest.approx(1250.0)
+
+
+class Counter:
+    def __init__(self):
+        self.calls = 0
+
+    def step(self):
+        self.calls += 1
+
+
+def test_ic_warmup_epochs_are_kept_apart_and_do_not_step_the_learning_rate():
+    """Two warm-up and three measured epochs: the warm-up ones are not in the figure, StepLR steps 3 times."""
+    from caraml.workloads.image_classification.epochs import EpochRunner
+
+    runner = object.__new__(EpochRunner)
+    runner.cfg = SimpleNamespace(warmup_epochs=2, epochs=3, dataset_size=100, batch_size=10, workers=0)
+    runner.bench = SimpleNamespace(device=SimpleNamespace(type="cpu"), model=SimpleNamespace(train=lambda: None),
+                                   optimizer=SimpleNamespace(param_groups=[{"lr": 0.1}]))
+    runner.scheduler = Counter()
+    runner.epoch_times, runner.warmup_times, runner.stopped_in, runner._at = [], [], None, None
+    runner.sizes, runner.setup_s = (90, 10), 0.0
+    runner.last_train_loss = runner.last_val_loss = None
+    seen = []
+    runner._train_steps = lambda epoch: (seen.append(epoch) for _ in range(1))  # one step per part, instantly
+    runner._val_steps = lambda epoch: iter([None])
+    runner.run(lambda: False)
+    assert seen == [0, 1, 2, 3, 4]
+    assert len(runner.warmup_times) == 2 and len(runner.epoch_times) == 3
+    assert runner.scheduler.calls == 3
+    assert [runner._number(e) for e in range(5)] == [(True, 0), (True, 1), (False, 1), (False, 2), (False, 3)]
+    out = runner.results()["caraml_epochs"]
+    assert out["epochs"] == 3 and out["warmup_epochs"] == 2 and out["completed"] is True
