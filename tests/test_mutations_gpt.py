@@ -178,3 +178,28 @@ def test_record_flops_and_model_pad_the_vocabulary_by_tp(tp, padded):
     assert s["padded_vocab_size"] == padded and GPTConfig.of(c, tp).vocab_size == padded
     assert s["flops_per_token"] == sizes.flops_per_token(m.num_layers, m.hidden_size, m.ffn, padded, m.seq_length)
     assert s["parameters"]["embedding"] == padded * m.hidden_size
+
+
+# CARAML's TFLOP/s per device: the global batch's FLOPs over every device, tp and pp included -------------------------
+def test_caraml_tflops_per_device_divide_the_global_batch_by_every_device():
+    """A single-process bench given the figures of a dp=2 x tp=2 layout (8 samples per iteration on 4 devices)."""
+    b = bench()
+    for _ in range(3):
+        b.step()
+    b.dims, b.global_batch = ParallelDims(dp=2, tp=2), 8
+    details = b.details()
+    m = config().model
+    flops = sizes.caraml_flops_per_iteration(8, m.seq_length, m.num_layers, m.hidden_size, 512, recompute=False)
+    assert details["flops"]["caraml_per_iteration"] == pytest.approx(flops)
+    t_iter = details["time_per_iteration_s"]
+    assert details["tflops_caraml_per_device"] == pytest.approx(flops / (t_iter * 4 * 1e12))
+    assert details["global_batch_size"] == 8 and details["dp"] == 2
+
+
+def test_learning_rate_schedule_counts_samples_of_the_global_batch():
+    from caraml.workloads.llm_training.bench import GPTBench
+
+    cfg = config(lr_warmup_samples=100, micro_batch_size=2)
+    stub = SimpleNamespace(cfg=cfg, global_batch=cfg.batch.global_batch(4), micro=2, accumulation=1)  # 8 samples
+    assert GPTBench.lr_at(stub, 5) == pytest.approx(cfg.optim.learning_rate(40))
+    assert GPTBench.lr_at(stub, 5) == pytest.approx(cfg.optim.lr * 0.4)
