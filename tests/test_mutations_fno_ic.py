@@ -122,3 +122,28 @@ def test_ic_warmup_epochs_are_kept_apart_and_do_not_step_the_learning_rate():
     assert [runner._number(e) for e in range(5)] == [(True, 0), (True, 1), (False, 1), (False, 2), (False, 3)]
     out = runner.results()["caraml_epochs"]
     assert out["epochs"] == 3 and out["warmup_epochs"] == 2 and out["completed"] is True
+
+
+def test_fno_record_carries_each_epoch_figure_under_its_own_name():
+    """A smoke FNO's three epochs in this process: the record's TrainTimesteps/s and Timesteps/s are the epoch
+    figures, each from its own times (epochs 2 and 3), not swapped."""
+    import torch
+
+    from caraml.runner import RunSpec, build_bench
+
+    torch.manual_seed(0)
+    bench = build_bench(RunSpec("fno", {"epochs": 3}, preset="smoke-RBC2D"), device="cpu")
+    try:
+        bench.run_extra(lambda: False)
+        m = bench.details()
+    finally:
+        bench.close()
+    e = m["epochs"]
+    n_train, n_val = e["train_samples_per_epoch"], e["val_samples_per_epoch"]
+    assert e["counted_epochs"] == 2 and n_train > 0 and n_val > 0
+    # the smoke data are whole batches: every sample of each set is trained or validated once per epoch
+    assert (n_train, n_val) == (m["data"]["train_samples"], m["data"]["val_samples"]) and n_train != n_val
+    train_s, val_s = sum(e["train_time_s"][1:]), sum(e["val_time_s"][1:])
+    assert m["train_throughput"] == {"value": pytest.approx(2 * n_train / train_s), "unit": "timesteps/s"}
+    assert m["caraml_timesteps_per_s"] == pytest.approx(2 * (n_train + n_val) / (train_s + val_s))
+    assert m["train_throughput"]["value"] != pytest.approx(m["caraml_timesteps_per_s"])
