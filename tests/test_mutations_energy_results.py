@@ -81,3 +81,27 @@ def test_scaling_efficiency_divides_by_the_baselines_device_count():
     (rows,) = lines.values()
     assert [(d, t) for d, t, _ in rows] == [(2, 2000.0), (4, 3600.0), (8, 6000.0)]
     assert [e for _, _, e in rows] == pytest.approx([1.0, 0.9, 0.75])
+
+
+# the run's total: power in watts, peaks summed over devices, a device that stopped reading spoils the total ---------
+def _two_gpu_node(failure: str | None = None):
+    ts = [i * 0.5 for i in range(21)]  # 0..10 s
+    spans = E.windows([("setup", 0.0), ("warmup", 2.0), ("measure", 4.0), ("done", 9.0)], ts[-1])
+    devices = [E.device_summary(_device(counter=True) | {"uuid": uuid, "name": uuid, "key": f"nvml:{uuid}"}, ts,
+                                [watts] * len(ts), [watts * t for t in ts], spans, failure if uuid == "GPU-b" else None)
+               for uuid, watts in (("GPU-a", 100.0), ("GPU-b", 300.0))]
+    return {"available": True, "host": "n1", "phases": spans, "devices": devices}
+
+
+def test_window_total_gives_watts_and_the_sum_of_device_peaks():
+    out = E.combine([_two_gpu_node()], units=1000, unit="images")
+    assert out["total_wh"] == pytest.approx(400 * 5 / 3600)  # 100 W + 300 W over the 5 s measured
+    assert out["avg_power_w"] == pytest.approx(400.0)
+    assert out["peak_power_w"] == pytest.approx(400.0)  # each device's peak added, not the largest one
+    assert out["units_per_wh"] == pytest.approx(1000 / (400 * 5 / 3600))
+
+
+def test_a_device_that_stopped_reading_leaves_no_total():
+    out = E.combine([_two_gpu_node(failure="NVML read failed after 3 s")], units=1000, unit="images")
+    assert out["total_wh"] is None and out["units_per_wh"] is None and out["run_wh"] is None
+    assert "GPU-b" in out["reason"] and "NVML read failed" in out["reason"]
