@@ -57,8 +57,26 @@ def test_sweep_state_write_that_fills_the_disk_keeps_the_previous_state(tmp_path
     state.save(tmp_path, before)
     after = {"jobs": {**before["jobs"], "102": {"state": "submitted", "point": {**point, "id": "p2"},
                                                 "submitted_at": "2026-12-01T10:01:00"}}}
-    half_then_full(monkeypatch, lambda p: p.parent == tmp_path)  # the state file and any temporary beside it
+    real_fdopen = state.os.fdopen
+
+    class HalfThenFull:  # a file whose write stores half its text, then fails as a full disk does
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            self.f.write(text[:len(text) // 2])
+            self.f.flush()
+            raise OSError(FULL.errno, FULL.strerror)
+
+    monkeypatch.setattr(state.os, "fdopen", lambda fd, *a, **k: HalfThenFull(real_fdopen(fd, *a, **k)))
     with pytest.raises(OSError):
         state.save(tmp_path, after)
     monkeypatch.undo()
     assert state.load(tmp_path) == before
+    assert not list(tmp_path.glob(".sweep-state*")), "the half-written temporary file is left behind"
