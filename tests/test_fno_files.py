@@ -179,3 +179,38 @@ def test_a_bad_file_is_one_line_exit_2_before_training(tmp_path):
                "--results", tmp_path / "results")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "inputs holds int32 values" in proc.stderr, proc.stderr
+
+
+# caraml data fno-synthetic ------------------------------------------------------------------------------------
+def _left_in(folder):
+    return sorted(p.name for p in folder.rglob("*")) if folder.exists() else []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["PIC1D", "--samples", "99999999999999999999"], "--samples 99999999999999999999: the PIC1D file would take"),
+    (["RBC3D", "--samples", "2000000000"], "--samples 2000000000: the RBC3D file would take"),
+    (["RBC2D", "--seed", "-1"], "--seed -1: the seed must be a whole number >= 0"),
+    (["PIC1D", "--samples", "1"], "--samples 1: the train/validation split needs at least 2 samples"),
+])
+def test_fno_synthetic_bad_arguments_are_one_line_exit_2_and_leave_nothing(tmp_path, args, says):
+    out = tmp_path / "out"
+    proc = cli("data", "fno-synthetic", *args, "--out", out)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+    assert _left_in(out) == []
+
+
+def test_fno_synthetic_size_names_the_free_space_and_what_fits(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_free_space", lambda folder: 10 * files.synthetic_bytes(PIC1D, 1, (64,)))
+    with pytest.raises(BadInput, match=r"more than the .* free in .*; use at most --samples 10$"):
+        files.write_synthetic(PIC1D, tmp_path, samples=11, spatial=(64,))
+    assert files.write_synthetic(PIC1D, tmp_path, samples=10, spatial=(64,)).stat().st_size > 0
+
+
+@pytest.mark.parametrize("problem, samples", [(PIC1D, 99999999999999999999), (PROBLEMS["RBC3D"], 2_000_000_000)])
+def test_a_write_that_fails_anyway_is_bad_input_and_leaves_no_partial_file(tmp_path, monkeypatch, problem, samples):
+    # the size check cannot tell (no such check before the fix): the write itself fails
+    monkeypatch.setattr(files, "_free_space", lambda folder: None, raising=False)
+    with pytest.raises(BadInput, match="cannot write"):
+        files.write_synthetic(problem, tmp_path, samples=samples)
+    assert _left_in(tmp_path) == []

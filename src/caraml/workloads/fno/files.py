@@ -51,16 +51,32 @@ def resolve_path(data_path: str, problem: Problem, data_root: str | None) -> Pat
                    f"make a synthetic one with: caraml data fno-synthetic {problem.name} --out DIR")
 
 
+def synthetic_bytes(problem: Problem, samples: int, spatial: tuple[int, ...]) -> int:
+    """The size of a synthetic file's inputs and outputs (float32)."""
+    return 4 * samples * (problem.in_channels + problem.out_channels) * math.prod(spatial)
+
+
 def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None = None, seed: int = 0,
                     spatial: tuple[int, ...] | None = None) -> Path:
-    """A file of the problem's real shapes filled with random values; returns its path."""
+    """A file of the problem's real shapes filled with random values; returns its path. Bad input (one line, and
+    nothing left behind) for fewer than 2 samples, a negative seed, or a file larger than the free disk space."""
     import numpy as np
 
     h5py = _h5py()
 
-    samples = samples or default_samples(problem)
+    samples = default_samples(problem) if samples is None else samples
     spatial = tuple(spatial or problem.spatial)
+    if samples < 2:
+        raise BadInput(f"--samples {samples}: the train/validation split needs at least 2 samples")
+    if seed < 0:
+        raise BadInput(f"--seed {seed}: the seed must be a whole number >= 0")
     folder = Path(out_dir).expanduser()
+    size = synthetic_bytes(problem, samples, spatial)
+    free = _free_space(folder)
+    if free is not None and size > free:
+        raise BadInput(f"--samples {samples}: the {problem.name} file would take {_size(size)} "
+                       f"({_size(synthetic_bytes(problem, 1, spatial))} a sample), more than the {_size(free)} free "
+                       f"in {folder}; use at most --samples {max(2, free // synthetic_bytes(problem, 1, spatial))}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -68,6 +84,7 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
     path = folder / problem.file
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".h5.partial")
+    done = False
     try:
         with h5py.File(tmp, "w") as f:
             inputs = f.create_dataset("inputs", (samples, problem.in_channels, *spatial), dtype="float32")
@@ -91,10 +108,26 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
                 info["particles"] = spatial[-1]
                 info["domain"] = DOMAIN
         tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        done = True
+    except (OSError, RuntimeError, ValueError, OverflowError) as exc:  # h5py reports a full disk as any of these
+        raise BadInput(f"cannot write {path}: {getattr(exc, 'strerror', None) or _first_line(exc)}") from None
+    finally:
+        if not done:
+            tmp.unlink(missing_ok=True)
     return path
+
+
+def _free_space(folder: Path) -> int | None:
+    """Free bytes on the file system that holds `folder` (or its nearest existing parent); None when unknown."""
+    import shutil
+
+    for place in (folder, *folder.absolute().parents):
+        if place.exists():
+            try:
+                return shutil.disk_usage(place).free
+            except OSError:
+                return None
+    return None
 
 
 def check(path: Path, problem: Problem) -> None:
@@ -211,8 +244,8 @@ def available_memory() -> int | None:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return ""
