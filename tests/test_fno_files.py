@@ -214,3 +214,15 @@ def test_a_write_that_fails_anyway_is_bad_input_and_leaves_no_partial_file(tmp_p
     with pytest.raises(BadInput, match="cannot write"):
         files.write_synthetic(problem, tmp_path, samples=samples)
     assert _left_in(tmp_path) == []
+
+
+# messages that say what is required --------------------------------------------------------------------------
+@pytest.mark.parametrize("param", ["grid", "modes"])
+@pytest.mark.parametrize("value, says", [("0x16", "has a size below 1: every size must be a whole number >= 1"),
+                                         ("-3x4", "has a size below 1: every size must be a whole number >= 1"),
+                                         ("16x", "is not 'auto' or whole numbers >= 1 joined by x"),
+                                         ("abc", "is not 'auto' or whole numbers >= 1 joined by x")])
+def test_a_shape_parameter_says_what_is_wrong_with_it(tmp_path, param, value, says):
+    proc = cli("run", "fno", "--preset", "smoke-RBC2D", f"{param}={value}", "--results", tmp_path / "results")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"{param}={value} {says}" in proc.stderr, proc.stderr
