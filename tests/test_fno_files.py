@@ -226,3 +226,48 @@ def test_a_shape_parameter_says_what_is_wrong_with_it(tmp_path, param, value, sa
     proc = cli("run", "fno", "--preset", "smoke-RBC2D", f"{param}={value}", "--results", tmp_path / "results")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"{param}={value} {says}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("dataset", ["inputs", "outputs"])
+def test_nan_in_a_middle_sample_is_refused_when_the_run_reads_it(tmp_path, dataset):
+    from caraml.runner import RunSpec, build_bench
+
+    path = _file(tmp_path / "r.h5", RBC2D, n=10, spatial=(32, 16))
+    with h5py.File(path, "r+") as f:
+        f[dataset][8, 1, 3, 2] = math.nan  # a validation sample: neither the first nor the last
+    files.check(path, RBC2D)  # the cheap check before the run reads only the first and the last samples
+    with pytest.raises(BadInput, match=rf"r.h5: {dataset} sample 8 holds 1 NaN or infinite value\(s\)"):
+        build_bench(RunSpec("fno", {"data": "file", "data_path": str(path), "epochs": 0}, preset="smoke-RBC2D"),
+                    device="cpu")
+    with pytest.raises(BadInput, match=rf"{dataset} sample 8 holds 1 NaN"):
+        files.read(path, RBC2D)
+
+
+def test_the_finite_check_looks_at_blocks_of_samples(tmp_path):
+    values = np.zeros((200, 2, 3), dtype="float32")
+    files.check_finite(values, "x")
+    values[130, 1, 2] = math.inf
+    with pytest.raises(BadInput, match=r"^x sample 1130 holds 1 NaN"):
+        files.check_finite(values, "x", first=1000, block=64)
+
+
+def test_a_refusal_on_one_rank_refuses_every_rank():
+    from caraml.workloads.fno.bench import _on_every_rank
+
+    class Dist:
+        def __init__(self, others):
+            self.others = others
+
+        def all_reduce(self, value, op="sum"):
+            assert op == "max"
+            return max(value, self.others)
+
+    assert _on_every_rank(Dist(0.0), lambda: 7) == 7
+    with pytest.raises(BadInput, match="refused by another process"):
+        _on_every_rank(Dist(1.0), lambda: 7)
+
+    def refuse():
+        raise BadInput("mine")
+
+    with pytest.raises(BadInput, match="^mine$"):
+        _on_every_rank(Dist(0.0), refuse)

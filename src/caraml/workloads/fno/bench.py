@@ -86,9 +86,17 @@ class Data:
             if tr < self.batch:
                 raise BadInput(f"fno: {path} has {n} samples: {n_train} train, {tr} per device, fewer than "
                                f"batch_size={self.batch}; use a smaller batch_size or a file with more samples")
-            data.check_fits(tr + va, readers=ctx.dist.local_world_size, world=world)
-            train = data.rows(rank * tr, (rank + 1) * tr)
-            val = data.rows(n_train + rank * va, n_train + (rank + 1) * va)
+
+            def read():
+                data.check_fits(tr + va, readers=ctx.dist.local_world_size, world=world)
+                shards = [(data.rows(start, start + count), start) for start, count in
+                          ((rank * tr, tr), (n_train + rank * va, va))]
+                for (x, y), start in shards:
+                    for name, values in (("inputs", x), ("outputs", y)):
+                        files.check_finite(values, f"{data.where}: {name}", first=start)
+                return [rows for rows, _ in shards]
+
+            train, val = _on_every_rank(ctx.dist, read)
             got = data.describe()
         self.path, self.samples_in_file, self.synthetic_file = str(path), got["samples_in_file"], got["synthetic"]
         self.file_dtype = got.get("file_dtype")
@@ -136,6 +144,18 @@ class Data:
             if self.file_dtype:
                 out["file_dtype"] = self.file_dtype
         return out
+
+
+def _on_every_rank(dist, work):
+    """work() on this rank; when it is refused (bad input) on any rank, every rank is refused, so that none is
+    left waiting for the others in the first collective."""
+    try:
+        result, refused = work(), None
+    except BadInput as exc:
+        result, refused = None, exc
+    if dist.all_reduce(1.0 if refused else 0.0, "max"):
+        raise refused or BadInput("fno: the data file was refused by another process (its message is in its output)")
+    return result
 
 
 class FNOBench:

@@ -145,6 +145,8 @@ def read(path: Path, problem: Problem, samples: int = 0) -> dict[str, Any]:
         n = data.samples if not samples else min(samples, data.samples)
         data.check_fits(n)
         inputs, outputs = data.rows(0, n)
+        check_finite(inputs, f"{data.where}: inputs")
+        check_finite(outputs, f"{data.where}: outputs")
         return {"inputs": inputs, "outputs": outputs, **data.describe()}
 
 
@@ -214,17 +216,26 @@ class DataFile:
         return dataset if dataset.dtype == "float32" else dataset.astype("float32")
 
     def _check_finite(self, i: int) -> None:
-        import numpy as np
-
         for name, dataset in (("inputs", self._inputs), ("outputs", self._outputs)):
             try:
-                sample = dataset[i]
+                sample = dataset[i:i + 1]
             except (OSError, RuntimeError, KeyError) as exc:
                 raise BadInput(f"{self.where}: {name} sample {i} cannot be read ({_first_line(exc)})") from None
-            bad = int(np.size(sample) - np.count_nonzero(np.isfinite(sample)))
-            if bad:
-                raise BadInput(f"{self.where}: {name} sample {i} holds {bad} NaN or infinite value(s); "
-                               f"expected finite numbers")
+            check_finite(sample, f"{self.where}: {name}", first=i)
+
+
+def check_finite(values, where: str, first: int = 0, block: int = 64) -> None:
+    """Bad input when the samples `values` (numpy, samples first; sample 0 is the file's sample `first`) hold NaN
+    or infinite values; looks at `block` samples at a time, so that its scratch memory stays small."""
+    import numpy as np
+
+    for start in range(0, len(values), block):
+        finite = np.isfinite(values[start:start + block])
+        if not finite.all():
+            rows = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1))
+            raise BadInput(f"{where} sample {first + start + int(rows[0])} holds "
+                           f"{int(finite[rows[0]].size - np.count_nonzero(finite[rows[0]]))} NaN or infinite "
+                           f"value(s); expected finite numbers")
 
 
 MEMORY_SHARE = 0.8  # a file's samples are read when they fit in this share of the memory available
@@ -377,5 +388,5 @@ def describe(problem: Problem, spatial: tuple[int, ...]) -> str:
     return shape_text(spatial) if problem.kind == "grid" else f"{spatial[-1]} particles"
 
 
-__all__ = ["PROBLEMS", "DataFile", "available_memory", "check", "default_samples", "describe", "read", "resolve_path",
-           "write_synthetic"]
+__all__ = ["PROBLEMS", "DataFile", "available_memory", "check", "check_finite", "default_samples", "describe", "read",
+           "resolve_path", "write_synthetic"]
