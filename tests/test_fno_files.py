@@ -271,3 +271,28 @@ def test_a_refusal_on_one_rank_refuses_every_rank():
 
     with pytest.raises(BadInput, match="^mine$"):
         _on_every_rank(Dist(0.0), refuse)
+
+
+def test_a_file_claiming_samples_of_a_terabyte_is_refused_before_a_sample_is_read(tmp_path):
+    path = tmp_path / "wide.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("inputs", (3, 2, 10 ** 11), dtype="float32", chunks=(1, 1, 10 ** 6))
+        f.create_dataset("outputs", (3, 1, 10 ** 11), dtype="float32", chunks=(1, 1, 10 ** 6))
+        f.create_group("infos")
+    _refused(path, PIC1D, "holds samples of 1.1 TiB each", "one would not fit in 80% of the")
+
+
+def test_empty_datasets_are_refused(tmp_path):
+    def inputs(f):
+        f["inputs"] = h5py.Empty("float32")
+
+    _refused(_file(tmp_path / "f.h5", PIC1D, inputs=inputs), PIC1D, "'inputs' is an empty dataset")
+
+
+def test_a_data_path_that_is_a_fifo_is_not_said_to_be_missing(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.h5"
+    os.mkfifo(fifo)
+    text = _refused(fifo, PIC1D, "is not a regular file (a FIFO, socket or device)")
+    assert "does not exist" not in text

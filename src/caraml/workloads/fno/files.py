@@ -167,6 +167,7 @@ class DataFile:
             self.domain = _domain(self._f["infos"], self.where, h5py) if problem.position_channels else DOMAIN
             self.synthetic = _flag(self._f["infos"], "synthetic", h5py)
             self.sample_bytes = 4 * math.prod(self._inputs.shape[1:]) + 4 * math.prod(self._outputs.shape[1:])
+            self.check_fits(1)  # a file can claim samples of terabytes
             for i in sorted({0, self.samples - 1}):
                 self._check_finite(i)
         except BaseException:
@@ -196,6 +197,11 @@ class DataFile:
         need, free = count * readers * self.sample_bytes, available_memory()
         if free is None or need <= MEMORY_SHARE * free:
             return
+        if self.sample_bytes * readers > MEMORY_SHARE * free:
+            raise BadInput(f"{self.where} holds samples of {_size(self.sample_bytes)} each (inputs "
+                           f"{list(self._inputs.shape)}, outputs {list(self._outputs.shape)}); "
+                           f"{'one' if readers == 1 else f'{readers} of them (one a process)'} would not fit in "
+                           f"{MEMORY_SHARE:.0%} of the {_size(free)} of memory available")
         fits = max(2, int(MEMORY_SHARE * free // self.sample_bytes) * world // max(1, readers))
         who = "this process" if readers == 1 else f"the {readers} processes on this node"
         raise BadInput(f"{self.where} holds {self.samples} samples of {_size(self.sample_bytes)} each; {who} would "
@@ -271,6 +277,10 @@ def _open(path: Path, problem: Problem):
     """The open file, its layout checked against the problem."""
     h5py = _h5py()
     where = f"fno: data file {path}"
+    if path.exists() and not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise BadInput(f"{where} is {what}; expected an HDF5 file, e.g. one made with: caraml data fno-synthetic "
+                       f"{problem.name} --out DIR")
     if not path.is_file():
         raise BadInput(f"{where} does not exist; make a synthetic one with: caraml data fno-synthetic "
                        f"{problem.name} --out {path.parent}")
@@ -330,6 +340,9 @@ def _check_layout(f, where: str, problem: Problem, h5py) -> None:
             expected = "a dataset [N, C, ...]" if kind is h5py.Dataset else "a group"
             raise BadInput(f"{where}: '{name}' is not {expected}")
     inputs, outputs = nodes["inputs"], nodes["outputs"]
+    for name, dataset in (("inputs", inputs), ("outputs", outputs)):
+        if dataset.shape is None:  # an empty dataspace (h5py.Empty)
+            raise BadInput(f"{where}: '{name}' is an empty dataset (no dataspace); expected a dataset [N, C, ...]")
     rank = 2 + problem.dims if problem.kind == "grid" else 3
     if inputs.ndim != rank or inputs.shape[1] != problem.in_channels:
         raise BadInput(f"{where}: inputs has shape {list(inputs.shape)}; {problem.name} needs "
