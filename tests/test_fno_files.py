@@ -317,3 +317,9 @@ def test_nan_in_one_ranks_shard_refuses_both_ranks_under_torchrun(tmp_path):
     assert "inputs sample 12 holds 1 NaN or infinite value(s)" in proc.stderr, proc.stderr[-3000:]
     assert "refused by another process" in proc.stderr, proc.stderr[-3000:]
     assert not [r for r in (records_in(results) if results.exists() else []) if r["status"] == "ok"]
+
+
+def test_fno_synthetic_out_with_a_nul_byte_is_one_line_exit_2(tmp_path):
+    proc = cli("data", "fno-synthetic", "PIC1D", "--samples", "3", "--out", f"{tmp_path}/a\0b")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "cannot create the folder" in proc.stderr and "embedded null byte" in proc.stderr, proc.stderr

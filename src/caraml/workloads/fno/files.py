@@ -12,6 +12,13 @@ problems ([100000]). In the PIC files the first input channels are particle posi
 particle quantities (e.g. velocity); outputs are per-particle fields. Samples are in file order:
 CARAML's split takes the first 80 % for training and the rest for validation.
 
+Checked before training (bad input, one line, naming the file and the dataset): the layout and shapes (any grid or
+number of particles >= 1), links that cannot be followed, the dtypes (float32; float64 and float16 are converted
+to float32 and the record's `data.file_dtype` says so; any other is refused), a PIC file's infos/domain (a
+positive finite number), finite values in the first and last samples (and, when a run reads them, in every sample
+it reads), and the size: each process reads only its shard of the samples, refused when it would not fit in the
+memory available (a file can claim 10^7 samples).
+
 No torch here: `caraml data fno-synthetic` writes files with numpy and h5py alone.
 """
 
@@ -79,8 +86,8 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
                        f"in {folder}; use at most --samples {max(2, free // synthetic_bytes(problem, 1, spatial))}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"cannot create the folder {folder}: {exc.strerror}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise BadInput(f"cannot create the folder {shown(folder)}: {getattr(exc, 'strerror', None) or exc}") from None
     path = folder / problem.file
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".h5.partial")
