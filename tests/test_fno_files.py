@@ -323,3 +323,15 @@ def test_fno_synthetic_out_with_a_nul_byte_is_one_line_exit_2(tmp_path):
     proc = cli("data", "fno-synthetic", "PIC1D", "--samples", "3", "--out", f"{tmp_path}/a\0b")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "cannot create the folder" in proc.stderr and "embedded null byte" in proc.stderr, proc.stderr
+
+
+def test_links_that_can_be_followed_are_read(tmp_path):
+    target = _file(tmp_path / "target.h5", PIC1D, fill=0.25)
+
+    def inputs(f):
+        f["inputs"] = h5py.ExternalLink(str(target), "/inputs")
+
+    path = _file(tmp_path / "linked.h5", PIC1D, inputs=inputs,
+                 infos=lambda g: (g.__setitem__("d", 4.0), g.__setitem__("domain", h5py.SoftLink("/infos/d"))))
+    got = files.read(path, PIC1D)
+    assert float(got["inputs"][0, 0, 0]) == 0.25 and got["domain"] == 4.0
