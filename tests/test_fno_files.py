@@ -335,3 +335,23 @@ def test_links_that_can_be_followed_are_read(tmp_path):
                  infos=lambda g: (g.__setitem__("d", 4.0), g.__setitem__("domain", h5py.SoftLink("/infos/d"))))
     got = files.read(path, PIC1D)
     assert float(got["inputs"][0, 0, 0]) == 0.25 and got["domain"] == 4.0
+
+
+def test_mixed_float_dtypes_are_named_in_the_record(tmp_path):
+    path = tmp_path / "mixed.h5"
+    with h5py.File(path, "w") as f:
+        f["inputs"] = np.ones((3, 2, 50), dtype="float64")
+        f["outputs"] = np.ones((3, 1, 50), dtype="float32")
+        f.create_group("infos")
+    got = files.read(path, PIC1D)
+    assert got["file_dtype"] == "inputs float64, outputs float32 (converted to float32)"
+    assert got["inputs"].dtype == got["outputs"].dtype == np.float32
+
+
+def test_a_path_with_a_newline_stays_one_line(tmp_path):
+    folder = tmp_path / "two\nlines"
+    folder.mkdir()
+    path = _file(folder / "f.h5", PIC1D, dtype="int32")
+    with pytest.raises(BadInput) as caught:
+        files.check(path, PIC1D)
+    assert "\n" not in str(caught.value) and "two\\nlines" in str(caught.value)

@@ -163,14 +163,15 @@ class DataFile:
 
     def __init__(self, path: Path, problem: Problem):
         self.path, self.problem = path, problem
-        self.where = f"fno: data file {path}"
+        self.where = f"fno: data file {shown(path, 1000)}"
         self._f = _open(path, problem)
         try:
             h5py = _h5py()
             self._inputs, self._outputs = self._f["inputs"], self._f["outputs"]
             self.samples = int(self._inputs.shape[0])
             self.spatial = tuple(int(s) for s in self._inputs.shape[2:])
-            self.dtype = str(self._inputs.dtype)
+            dtypes = str(self._inputs.dtype), str(self._outputs.dtype)
+            self.dtype = dtypes[0] if dtypes[0] == dtypes[1] else f"inputs {dtypes[0]}, outputs {dtypes[1]}"
             self.domain = _domain(self._f["infos"], self.where, h5py) if problem.position_channels else DOMAIN
             self.synthetic = _flag(self._f["infos"], "synthetic", h5py)
             self.sample_bytes = 4 * math.prod(self._inputs.shape[1:]) + 4 * math.prod(self._outputs.shape[1:])
@@ -283,7 +284,7 @@ def _first_line(exc: BaseException) -> str:
 def _open(path: Path, problem: Problem):
     """The open file, its layout checked against the problem."""
     h5py = _h5py()
-    where = f"fno: data file {path}"
+    where = f"fno: data file {shown(path, 1000)}"
     if path.exists() and not path.is_file():
         what = "a folder" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
         raise BadInput(f"{where} is {what}; expected an HDF5 file, e.g. one made with: caraml data fno-synthetic "
