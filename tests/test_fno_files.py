@@ -97,15 +97,20 @@ def test_a_pic_domain_group_is_refused_and_a_good_one_is_read(tmp_path):
 
 @pytest.mark.parametrize("where", ["first", "last"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-def test_nan_or_inf_in_a_checked_sample_is_refused(tmp_path, where, value):
+def test_nan_or_inf_in_a_sample_is_refused(tmp_path, where, value):
     def inputs(f):
         x = np.full((4, 2, 50), 1.0, dtype="float32")
         x[0 if where == "first" else 3, 0, 7] = value
         f["inputs"] = x
 
     path = _file(tmp_path / "f.h5", PIC1D, n=4, inputs=inputs)
-    _refused(path, PIC1D, f"inputs sample {0 if where == 'first' else 3} holds 1 NaN or infinite value(s)",
-             "expected finite numbers")
+    if where == "first":  # checked before the run starts
+        _refused(path, PIC1D, "inputs sample 0 holds 1 NaN or infinite value(s)", "expected finite numbers")
+    else:  # checked when read: samples=3 leaves it out
+        files.check(path, PIC1D)
+        assert files.read(path, PIC1D, samples=3)["inputs"].shape == (3, 2, 50)
+        with pytest.raises(BadInput, match=r"inputs sample 3 holds 1 NaN or infinite value\(s\); expected finite"):
+            files.read(path, PIC1D)
 
 
 @pytest.mark.parametrize("problem, spatial, says", [(PIC2D, (0,), "0 particles"), (PIC1D, (0,), "0 particles"),
