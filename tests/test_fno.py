@@ -555,8 +555,8 @@ def test_data_files_layout_and_bad_files(tmp_path):
     bad(without("infos"), "has no 'infos'")
     bad(lambda t: t.write_text("not hdf5"), "is not a readable HDF5 file")
     bad(lambda t: None, "does not exist")
-    bad(lambda t: files.write_synthetic(pic, tmp_path, 3, spatial=(50,)).rename(t), "PIC1D needs \\[N, 2, 100000\\]",
-        problem=TABLE["PIC1D"])
+    bad(lambda t: files.write_synthetic(pic, tmp_path, 3, spatial=(50,)).rename(t),
+        "PIC1D needs \\[N, 2, P\\] \\(2 channels of any number P", problem=TABLE["PIC1D"])
     with pytest.raises(BadInput, match="data=file needs data_path"):
         files.resolve_path("", pic, None)
     assert files.resolve_path(str(tmp_path), pic, None) == tmp_path / pic.file

@@ -37,8 +37,10 @@ def _check_shape(text: str) -> str | None:
         return None
     try:
         parse_shape(text, "value")
-    except ValueError:
-        return "is not 'auto' or sizes joined by x (e.g. 12x12)"
+    except ValueError as exc:
+        if "every size" in str(exc):
+            return "has a size below 1: every size must be a whole number >= 1 (e.g. 12x12), or auto"
+        return "is not 'auto' or whole numbers >= 1 joined by x (e.g. 12x12)"
     return None
 
 

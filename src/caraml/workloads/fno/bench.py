@@ -74,27 +74,42 @@ class Data:
         self.val_batch = min(self.batch, self.val_x.shape[0])
 
     def _read_file(self, cfg: FNOConfig, ctx: RunContext) -> None:
-        """The file's first `samples` samples; this rank's equal shard of the train and of the validation part."""
+        """The file's first `samples` samples; this rank's equal shard of the train and of the validation part, and
+        only those rows read (checked first to fit in the memory available: bad input otherwise)."""
         pb, rank, world = cfg.problem, ctx.rank, ctx.world_size
         path = files.resolve_path(cfg.data_path, pb, ctx.data_root)
-        got = files.read(path, pb, cfg.samples)
+        with files.DataFile(path, pb) as data:
+            n = data.samples if not cfg.samples else min(cfg.samples, data.samples)
+            n_train = int(TRAIN_FRACTION * n)
+            # equal shards, so that every rank runs as many steps as the others
+            tr, va = n_train // world, (n - n_train) // world
+            if tr < self.batch:
+                raise BadInput(f"fno: {path} has {n} samples: {n_train} train, {tr} per device, fewer than "
+                               f"batch_size={self.batch}; use a smaller batch_size or a file with more samples")
+
+            def read():
+                data.check_fits(tr + va, readers=ctx.dist.local_world_size, world=world)
+                shards = [(data.rows(start, start + count), start) for start, count in
+                          ((rank * tr, tr), (n_train + rank * va, va))]
+                for (x, y), start in shards:
+                    for name, values in (("inputs", x), ("outputs", y)):
+                        files.check_finite(values, f"{data.where}: {name}", first=start)
+                return [rows for rows, _ in shards]
+
+            train, val = _on_every_rank(ctx.dist, read)
+            got = data.describe()
         self.path, self.samples_in_file, self.synthetic_file = str(path), got["samples_in_file"], got["synthetic"]
+        self.file_dtype = got.get("file_dtype")
         self.spatial, domain = got["spatial"], got["domain"]
-        x = torch.from_numpy(got["inputs"])
-        y = torch.from_numpy(got["outputs"])
+        (self.train_x, self.train_y), (self.val_x, self.val_y) = (
+            self._on_device(pb, x, y, domain, ctx.device) for x, y in (train, val))
+
+    @staticmethod
+    def _on_device(pb: Problem, x, y, domain: float, device):
+        x, y = torch.from_numpy(x), torch.from_numpy(y)
         if pb.position_channels and domain != files.DOMAIN:  # the model's transforms take positions in [0, 2 pi)
             x[:, :pb.position_channels] *= files.DOMAIN / domain
-        n = x.shape[0]
-        n_train = int(TRAIN_FRACTION * n)
-        # equal shards, so that every rank runs as many steps as the others
-        tr, va = n_train // world, (n - n_train) // world
-        if tr < self.batch:
-            raise BadInput(f"fno: {path} has {n} samples: {n_train} train, {tr} per device, fewer than "
-                           f"batch_size={self.batch}; use a smaller batch_size or a file with more samples")
-        self.train_x = x[rank * tr:(rank + 1) * tr].to(ctx.device)
-        self.train_y = y[rank * tr:(rank + 1) * tr].to(ctx.device)
-        self.val_x = x[n_train + rank * va:n_train + (rank + 1) * va].to(ctx.device)
-        self.val_y = y[n_train + rank * va:n_train + (rank + 1) * va].to(ctx.device)
+        return x.to(device), y.to(device)
 
     def _make_synthetic(self, cfg: FNOConfig, ctx: RunContext) -> None:
         """Random samples of the problem's shapes, made on the device, seeded per rank."""
@@ -126,7 +141,21 @@ class Data:
                "val_samples": int(self.val_x.shape[0]), "per": "device (rank)"}
         if self.path:
             out.update(path=self.path, samples_in_file=self.samples_in_file, synthetic_file=self.synthetic_file)
+            if self.file_dtype:
+                out["file_dtype"] = self.file_dtype
         return out
+
+
+def _on_every_rank(dist, work):
+    """work() on this rank; when it is refused (bad input) on any rank, every rank is refused, so that none is
+    left waiting for the others in the first collective."""
+    try:
+        result, refused = work(), None
+    except BadInput as exc:
+        result, refused = None, exc
+    if dist.all_reduce(1.0 if refused else 0.0, "max"):
+        raise refused or BadInput("fno: the data file was refused by another process (its message is in its output)")
+    return result
 
 
 class FNOBench:

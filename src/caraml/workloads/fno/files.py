@@ -12,6 +12,13 @@ problems ([100000]). In the PIC files the first input channels are particle posi
 particle quantities (e.g. velocity); outputs are per-particle fields. Samples are in file order:
 CARAML's split takes the first 80 % for training and the rest for validation.
 
+Checked before training (bad input, one line, naming the file and the dataset): the layout and shapes (any grid or
+number of particles >= 1), links that cannot be followed, the dtypes (float32; float64 and float16 are converted
+to float32 and the record's `data.file_dtype` says so; any other is refused), a PIC file's infos/domain (a
+positive finite number), finite values in the first sample (and, when a run reads them, in every sample it
+reads), and the size: each process reads only its shard of the samples, refused when it would not fit in the
+memory available (a file can claim 10^7 samples).
+
 No torch here: `caraml data fno-synthetic` writes files with numpy and h5py alone.
 """
 
@@ -21,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
 from caraml.workloads.fno.problems import PROBLEMS, TRAIN_FRACTION, Problem, shape_text
 
 DOMAIN = 2 * math.pi  # PIC positions lie in [0, DOMAIN) unless infos/domain says otherwise
@@ -51,23 +58,40 @@ def resolve_path(data_path: str, problem: Problem, data_root: str | None) -> Pat
                    f"make a synthetic one with: caraml data fno-synthetic {problem.name} --out DIR")
 
 
+def synthetic_bytes(problem: Problem, samples: int, spatial: tuple[int, ...]) -> int:
+    """The size of a synthetic file's inputs and outputs (float32)."""
+    return 4 * samples * (problem.in_channels + problem.out_channels) * math.prod(spatial)
+
+
 def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None = None, seed: int = 0,
                     spatial: tuple[int, ...] | None = None) -> Path:
-    """A file of the problem's real shapes filled with random values; returns its path."""
+    """A file of the problem's real shapes filled with random values; returns its path. Bad input (one line, and
+    nothing left behind) for fewer than 2 samples, a negative seed, or a file larger than the free disk space."""
     import numpy as np
 
     h5py = _h5py()
 
-    samples = samples or default_samples(problem)
+    samples = default_samples(problem) if samples is None else samples
     spatial = tuple(spatial or problem.spatial)
+    if samples < 2:
+        raise BadInput(f"--samples {samples}: the train/validation split needs at least 2 samples")
+    if seed < 0:
+        raise BadInput(f"--seed {seed}: the seed must be a whole number >= 0")
     folder = Path(out_dir).expanduser()
+    size = synthetic_bytes(problem, samples, spatial)
+    free = _free_space(folder)
+    if free is not None and size > free:
+        raise BadInput(f"--samples {samples}: the {problem.name} file would take {_size(size)} "
+                       f"({_size(synthetic_bytes(problem, 1, spatial))} a sample), more than the {_size(free)} free "
+                       f"in {folder}; use at most --samples {max(2, free // synthetic_bytes(problem, 1, spatial))}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"cannot create the folder {folder}: {exc.strerror}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise BadInput(f"cannot create the folder {shown(folder)}: {getattr(exc, 'strerror', None) or exc}") from None
     path = folder / problem.file
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".h5.partial")
+    done = False
     try:
         with h5py.File(tmp, "w") as f:
             inputs = f.create_dataset("inputs", (samples, problem.in_channels, *spatial), dtype="float32")
@@ -91,41 +115,186 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
                 info["particles"] = spatial[-1]
                 info["domain"] = DOMAIN
         tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        done = True
+    except (OSError, RuntimeError, ValueError, OverflowError) as exc:  # h5py reports a full disk as any of these
+        raise BadInput(f"cannot write {path}: {getattr(exc, 'strerror', None) or _first_line(exc)}") from None
+    finally:
+        if not done:
+            tmp.unlink(missing_ok=True)
     return path
 
 
+def _free_space(folder: Path) -> int | None:
+    """Free bytes on the file system that holds `folder` (or its nearest existing parent); None when unknown."""
+    import shutil
+
+    for place in (folder, *folder.absolute().parents):
+        if place.exists():
+            try:
+                return shutil.disk_usage(place).free
+            except OSError:
+                return None
+    return None
+
+
 def check(path: Path, problem: Problem) -> None:
-    """Bad input (one line) unless `path` is an HDF5 file of the problem's layout; reads no data."""
-    with _open(path, problem):
+    """Bad input (one line) unless `path` is an HDF5 file of the problem's layout; reads its first sample only
+    (its values must be finite)."""
+    with DataFile(path, problem):
         pass
 
 
 def read(path: Path, problem: Problem, samples: int = 0) -> dict[str, Any]:
-    """The file's inputs and outputs as numpy arrays (the first `samples`, 0: all) and what it says of itself.
-    A file that is missing, not HDF5 or not of the problem's layout is bad input with one line."""
-    with _open(path, problem) as f:
-        inputs, outputs, info = f["inputs"], f["outputs"], f["infos"]
-        n = inputs.shape[0] if not samples else min(samples, inputs.shape[0])
-        domain = float(info["domain"][()]) if "domain" in info else DOMAIN
-        return {"inputs": inputs[:n], "outputs": outputs[:n], "samples_in_file": int(inputs.shape[0]),
-                "spatial": tuple(int(s) for s in inputs.shape[2:]), "domain": domain,
-                "synthetic": bool(info["synthetic"][()]) if "synthetic" in info else False}
+    """The file's inputs and outputs as float32 numpy arrays (the first `samples`, 0: all) and what it says of
+    itself. A file that is missing, not HDF5, not of the problem's layout or too large for the memory is bad input
+    with one line."""
+    with DataFile(path, problem) as data:
+        n = data.samples if not samples else min(samples, data.samples)
+        data.check_fits(n)
+        inputs, outputs = data.rows(0, n)
+        check_finite(inputs, f"{data.where}: inputs")
+        check_finite(outputs, f"{data.where}: outputs")
+        return {"inputs": inputs, "outputs": outputs, **data.describe()}
+
+
+class DataFile:
+    """An open data file, its layout, dtypes, PIC domain and first sample checked; `rows` reads a range
+    of samples as float32 (float64 and float16 files are converted, and the record says so: `file_dtype`)."""
+
+    def __init__(self, path: Path, problem: Problem):
+        self.path, self.problem = path, problem
+        self.where = f"fno: data file {shown(path, 1000)}"
+        self._f = _open(path, problem)
+        try:
+            h5py = _h5py()
+            self._inputs, self._outputs = self._f["inputs"], self._f["outputs"]
+            self.samples = int(self._inputs.shape[0])
+            self.spatial = tuple(int(s) for s in self._inputs.shape[2:])
+            dtypes = str(self._inputs.dtype), str(self._outputs.dtype)
+            self.dtype = dtypes[0] if dtypes[0] == dtypes[1] else f"inputs {dtypes[0]}, outputs {dtypes[1]}"
+            self.domain = _domain(self._f["infos"], self.where, h5py) if problem.position_channels else DOMAIN
+            self.synthetic = _flag(self._f["infos"], "synthetic", h5py)
+            self.sample_bytes = 4 * math.prod(self._inputs.shape[1:]) + 4 * math.prod(self._outputs.shape[1:])
+            self.check_fits(1)  # a file can claim samples of terabytes
+            self._check_finite(0)  # the others when a run reads them (samples=N reads the first N only)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> DataFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def describe(self) -> dict[str, Any]:
+        out = {"samples_in_file": self.samples, "spatial": self.spatial, "domain": self.domain,
+               "synthetic": self.synthetic}
+        if self.dtype != "float32":
+            out["file_dtype"] = f"{self.dtype} (converted to float32)"
+        return out
+
+    def check_fits(self, count: int, readers: int = 1, world: int = 1) -> None:
+        """Bad input when `count` samples (float32) read by each of `readers` processes on this node at once would
+        not fit in the memory available now: the run would end in a MemoryError (or be killed) while it reads.
+        `world`: the processes that share the samples, for the samples=N that would fit."""
+        need, free = count * readers * self.sample_bytes, available_memory()
+        if free is None or need <= MEMORY_SHARE * free:
+            return
+        if self.sample_bytes * readers > MEMORY_SHARE * free:
+            raise BadInput(f"{self.where} holds samples of {_size(self.sample_bytes)} each (inputs "
+                           f"{list(self._inputs.shape)}, outputs {list(self._outputs.shape)}); "
+                           f"{'one' if readers == 1 else f'{readers} of them (one a process)'} would not fit in "
+                           f"{MEMORY_SHARE:.0%} of the {_size(free)} of memory available")
+        fits = max(2, int(MEMORY_SHARE * free // self.sample_bytes) * world // max(1, readers))
+        who = "this process" if readers == 1 else f"the {readers} processes on this node"
+        raise BadInput(f"{self.where} holds {self.samples} samples of {_size(self.sample_bytes)} each; {who} would "
+                       f"read {count * readers} of them ({_size(need)}), more than {MEMORY_SHARE:.0%} of the "
+                       f"{_size(free)} of memory available; read the first ones only with samples=N "
+                       f"(e.g. samples={fits})")
+
+    def rows(self, start: int, stop: int):
+        """Samples [start, stop) of inputs and outputs, as float32 numpy arrays."""
+        try:
+            return tuple(self._as_float32(d)[start:stop] for d in (self._inputs, self._outputs))
+        except (OSError, RuntimeError, KeyError) as exc:
+            raise BadInput(f"{self.where}: samples {start} to {stop - 1} cannot be read ({_first_line(exc)})") \
+                from None
+
+    @staticmethod
+    def _as_float32(dataset):
+        return dataset if dataset.dtype == "float32" else dataset.astype("float32")
+
+    def _check_finite(self, i: int) -> None:
+        for name, dataset in (("inputs", self._inputs), ("outputs", self._outputs)):
+            try:
+                sample = dataset[i:i + 1]
+            except (OSError, RuntimeError, KeyError) as exc:
+                raise BadInput(f"{self.where}: {name} sample {i} cannot be read ({_first_line(exc)})") from None
+            check_finite(sample, f"{self.where}: {name}", first=i)
+
+
+def check_finite(values, where: str, first: int = 0, block: int = 64) -> None:
+    """Bad input when the samples `values` (numpy, samples first; sample 0 is the file's sample `first`) hold NaN
+    or infinite values; looks at `block` samples at a time, so that its scratch memory stays small."""
+    import numpy as np
+
+    for start in range(0, len(values), block):
+        finite = np.isfinite(values[start:start + block])
+        if not finite.all():
+            rows = np.flatnonzero(~finite.reshape(finite.shape[0], -1).all(axis=1))
+            raise BadInput(f"{where} sample {first + start + int(rows[0])} holds "
+                           f"{int(finite[rows[0]].size - np.count_nonzero(finite[rows[0]]))} NaN or infinite "
+                           f"value(s); expected finite numbers")
+
+
+MEMORY_SHARE = 0.8  # a file's samples are read when they fit in this share of the memory available
+FLOAT_DTYPES = ("float32", "float64", "float16")  # float32 is read as it is, the others converted to float32
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux: MemAvailable), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    return (text.splitlines() or [type(exc).__name__])[0][:160]
 
 
 def _open(path: Path, problem: Problem):
     """The open file, its layout checked against the problem."""
     h5py = _h5py()
-    where = f"fno: data file {path}"
+    where = f"fno: data file {shown(path, 1000)}"
+    if path.exists() and not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise BadInput(f"{where} is {what}; expected an HDF5 file, e.g. one made with: caraml data fno-synthetic "
+                       f"{problem.name} --out DIR")
     if not path.is_file():
         raise BadInput(f"{where} does not exist; make a synthetic one with: caraml data fno-synthetic "
                        f"{problem.name} --out {path.parent}")
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
-        raise BadInput(f"{where} is not a readable HDF5 file ({str(exc).splitlines()[0][:120]})") from None
+        raise BadInput(f"{where} is not a readable HDF5 file ({_first_line(exc)[:120]})") from None
     try:
         _check_layout(f, where, problem, h5py)
     except BaseException:
@@ -134,19 +303,57 @@ def _open(path: Path, problem: Problem):
     return f
 
 
+def _node(group, name: str, where: str, h5py):
+    """group[name], or None when there is no such name; a link that cannot be followed (a dangling soft or
+    external link, a loop of links) is bad input."""
+    try:
+        link = group.get(name, getlink=True)
+    except (KeyError, RuntimeError, OSError, ValueError):
+        link = None
+    if link is None:
+        return None
+    try:
+        return group[name]
+    except (KeyError, RuntimeError, OSError, ValueError) as exc:
+        if isinstance(link, h5py.ExternalLink):
+            target = f"an external link to {link.filename}:{link.path}"
+        elif isinstance(link, h5py.SoftLink):
+            target = f"a soft link to {link.path}"
+        else:
+            target = "an object"
+        full = f"{group.name.rstrip('/')}/{name}".lstrip("/")
+        raise BadInput(f"{where}: '{full}' is {target} that cannot be followed ({_first_line(exc)}); expected the "
+                       f"{'group' if name == 'infos' else 'dataset'} itself in the file") from None
+
+
+def _expected(problem: Problem, channels: int) -> str:
+    """The shape a dataset of the problem must have, in words: any grid or number of particles fits."""
+    if problem.kind == "grid":
+        axes = ", ".join("XYZ"[:problem.dims])
+        return (f"[N, {channels}, {axes}] ({channels} channels on any {problem.dims}D grid, CARAML's is "
+                f"{shape_text(problem.grid)})")
+    return (f"[N, {channels}, P] ({channels} channels of any number P >= 1 of particles, CARAML's is "
+            f"{problem.particles})")
+
+
 def _check_layout(f, where: str, problem: Problem, h5py) -> None:
+    nodes = {}
     for name, kind in (("inputs", h5py.Dataset), ("outputs", h5py.Dataset), ("infos", h5py.Group)):
-        if name not in f:
+        nodes[name] = _node(f, name, where, h5py)
+        if nodes[name] is None:
             raise BadInput(f"{where} has no '{name}'; expected datasets inputs [N, C, ...], outputs [N, C, ...] "
                            f"and a group infos (FNOBenchmark layout); it has: {', '.join(sorted(f)) or 'nothing'}")
-        if not isinstance(f[name], kind):
+        if not isinstance(nodes[name], kind):
             expected = "a dataset [N, C, ...]" if kind is h5py.Dataset else "a group"
             raise BadInput(f"{where}: '{name}' is not {expected}")
-    inputs, outputs = f["inputs"], f["outputs"]
+    inputs, outputs = nodes["inputs"], nodes["outputs"]
+    for name, dataset in (("inputs", inputs), ("outputs", outputs)):
+        if dataset.shape is None:  # an empty dataspace (h5py.Empty)
+            raise BadInput(f"{where}: '{name}' is an empty dataset (no dataspace); expected a dataset [N, C, ...]")
     rank = 2 + problem.dims if problem.kind == "grid" else 3
-    expected = f"[N, {problem.in_channels}, {', '.join(map(str, problem.spatial))}]"
     if inputs.ndim != rank or inputs.shape[1] != problem.in_channels:
-        raise BadInput(f"{where}: inputs has shape {list(inputs.shape)}; {problem.name} needs {expected}")
+        raise BadInput(f"{where}: inputs has shape {list(inputs.shape)}; {problem.name} needs "
+                       + _expected(problem, problem.in_channels))
     if outputs.ndim != rank or outputs.shape[1] != problem.out_channels or outputs.shape[0] != inputs.shape[0] \
             or outputs.shape[2:] != inputs.shape[2:]:
         raise BadInput(f"{where}: outputs has shape {list(outputs.shape)}; with inputs {list(inputs.shape)} "
@@ -154,10 +361,52 @@ def _check_layout(f, where: str, problem: Problem, h5py) -> None:
                        f"{', '.join(map(str, inputs.shape[2:]))}]")
     if inputs.shape[0] < 2:
         raise BadInput(f"{where} holds {inputs.shape[0]} sample(s); the train/validation split needs at least 2")
+    if min(inputs.shape[2:]) < 1:
+        what = "particles" if problem.kind != "grid" else "grid points"
+        raise BadInput(f"{where}: inputs has shape {list(inputs.shape)}, samples of 0 {what}; {problem.name} needs "
+                       + _expected(problem, problem.in_channels))
+    for name, dataset in (("inputs", inputs), ("outputs", outputs)):
+        if dataset.dtype.kind != "f" or str(dataset.dtype) not in FLOAT_DTYPES:
+            raise BadInput(f"{where}: {name} holds {dataset.dtype} values; expected float32 (float64 and float16 "
+                           f"are converted to float32)")
+
+
+def _domain(info, where: str, h5py) -> float:
+    """PIC: infos/domain, the positions' range [0, domain): a positive finite number; 2 pi when absent."""
+    import numpy as np
+
+    node = _node(info, "domain", where, h5py)
+    if node is None:
+        return DOMAIN
+    wrong = None
+    if not isinstance(node, h5py.Dataset):
+        wrong = "a group"
+    elif node.shape != ():
+        wrong = f"an array of shape {list(node.shape) if node.shape is not None else 'none'}"
+    elif node.dtype.kind not in "iuf":
+        wrong = f"of type {node.dtype}" if node.dtype.kind != "S" and node.dtype.kind != "O" else "a string"
+    else:
+        value = float(np.asarray(node[()]))
+        if not math.isfinite(value) or value <= 0:
+            wrong = shown(value)
+        else:
+            return value
+    raise BadInput(f"{where}: infos/domain is {wrong}; expected a positive finite number (the particle positions "
+                   f"lie in [0, domain)), or no infos/domain for 2 pi")
+
+
+def _flag(info, name: str, h5py) -> bool:
+    """A yes/no scalar of infos (e.g. synthetic); False when absent or not a number."""
+    try:
+        node = info.get(name)
+        return isinstance(node, h5py.Dataset) and node.shape == () and node.dtype.kind in "iub" and bool(node[()])
+    except (KeyError, RuntimeError, OSError, ValueError, TypeError):
+        return False
 
 
 def describe(problem: Problem, spatial: tuple[int, ...]) -> str:
     return shape_text(spatial) if problem.kind == "grid" else f"{spatial[-1]} particles"
 
 
-__all__ = ["PROBLEMS", "check", "default_samples", "describe", "read", "resolve_path", "write_synthetic"]
+__all__ = ["PROBLEMS", "DataFile", "available_memory", "check", "check_finite", "default_samples", "describe", "read",
+           "resolve_path", "write_synthetic"]
