@@ -6,6 +6,8 @@ import itertools
 import json
 import threading
 
+import pytest
+
 from caraml.campaign import slurm, state, sweep
 
 SUITE = """
@@ -84,3 +86,72 @@ def test_state_updates_from_two_threads_at_once_are_merged(tmp_path):
     for t in threads:
         t.join(timeout=300)
     assert len(state.load(results)["jobs"]) == 80
+
+
+def _fake_slurm(tmp_path, monkeypatch, known: dict[str, str]):
+    """squeue/scontrol/sacct on PATH that know the jobs `known` (job name -> job id), all PENDING."""
+    import os
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = (f"#!{sys.executable}\nimport sys\nknown = {known!r}\nargs = sys.argv[1:]\n"
+              "if '-n' in args: print(known.get(args[args.index('-n') + 1], ''))\n"
+              "elif '--name' in args: pass\n"
+              "elif '-j' in args: print('\\n'.join(f'{j} PENDING' for j in args[args.index('-j') + 1].split(',')"
+              " if j in known.values()))\n")
+    for name in ("squeue", "scontrol", "sacct"):
+        (bin_dir / name).write_text(script)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def _one_point_plan(tmp_path):
+    (tmp_path / "one.yaml").write_text(SUITE.replace("32,40,48,56,64", "32").replace("4,8", "4").format(steps=3))
+    return sweep.plan(str(tmp_path / "one.yaml"), [], "CPU", {})
+
+
+class Killed(BaseException):
+    """The sweep's process dying (SIGKILL) at this point: nothing after it runs."""
+
+
+@pytest.mark.subprocess
+def test_a_sweep_killed_between_sbatch_and_saving_the_job_id_loses_no_job(tmp_path, monkeypatch):
+    """Issue 20, 6: SIGKILL after sbatch submitted the job, before the state knew its id. --continue finds the
+    job by its name and follows it; nothing is submitted twice."""
+    results = str(tmp_path / "results")
+    plan = _one_point_plan(tmp_path)
+    [point] = plan.points
+
+    def sbatch_then_killed(script):
+        raise Killed  # sbatch ran (job 4242 exists in SLURM), then the sweep died before saving it
+
+    monkeypatch.setattr(slurm, "require_commands", lambda names=(): None)
+    monkeypatch.setattr(slurm, "sbatch", sbatch_then_killed)
+    with pytest.raises(Killed):
+        slurm.submit(plan, results, resume=False, python=None)
+    _fake_slurm(tmp_path, monkeypatch, {f"caraml-image_classification-{point.id}": "4242"})
+    report = slurm.collect(results)
+    assert report["queued"] == {"4242": "PENDING"}
+    jobs = state.load(results)["jobs"]
+    assert list(jobs) == ["4242"] and jobs["4242"]["state"] == "submitted"
+    assert jobs["4242"]["point"]["id"] == point.id
+
+
+@pytest.mark.subprocess
+def test_a_sweep_killed_before_sbatch_submits_the_point_on_resume(tmp_path, monkeypatch):
+    results = str(tmp_path / "results")
+    plan = _one_point_plan(tmp_path)
+
+    def killed_before_sbatch(script):
+        raise Killed
+
+    monkeypatch.setattr(slurm, "require_commands", lambda names=(): None)
+    monkeypatch.setattr(slurm, "sbatch", killed_before_sbatch)
+    with pytest.raises(Killed):
+        slurm.submit(plan, results, resume=False, python=None)
+    _fake_slurm(tmp_path, monkeypatch, {})  # SLURM never saw it
+    submitted = []
+    monkeypatch.setattr(slurm, "sbatch", lambda script: submitted.append(script) or "5000")
+    assert slurm.submit(plan, results, resume=True, python=None) == {"submitted": 1, "skipped": 0}
+    assert len(submitted) == 1 and list(state.load(results)["jobs"]) == ["5000"]

@@ -53,7 +53,7 @@ def _tasks(point: SweepPoint) -> int:
 def _sbatch_lines(point: SweepPoint, profile: dict, log: str) -> list[str]:
     site = profile.get("site", {})
     tasks = _tasks(point)
-    lines = [f"--job-name={q('caraml-' + point.workload + '-' + point.id)}",
+    lines = [f"--job-name={q(job_name(point))}",
              f"--nodes={point.nodes}",
              f"--ntasks-per-node={tasks}"]
     cpus = int(site.get("cpus_per_task") or 0)
@@ -96,6 +96,11 @@ def _worker(point: SweepPoint, profile: dict, opts: JobOptions) -> list[str]:
     job = Job(point, python, tuple(caraml_run_args(point, opts.results, json_out=bool(opts.record))),
               slurm_step=True, rdzv_port=int(site.get("rdzv_port", 29500)))
     return prefix + [w if isinstance(w, ShellWord) else q(w) for w in get_launcher(point.launcher).command(job)]
+
+
+def job_name(point) -> str:
+    """The job's name in SLURM: how a job that was submitted but never saved in the sweep state is found."""
+    return f"caraml-{point.workload}-{point.id}"
 
 
 def render(point: SweepPoint, profile: dict, opts: JobOptions, log: str) -> str:

@@ -68,7 +68,7 @@ def write_scripts(p: sweep.Plan, results: str, python: str | None) -> list[tuple
 def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dict[str, int]:
     sweep.check_runnable(p)
     require_commands()
-    data = state.load(results)
+    data = recover_submissions(results)
     done = sweep.ok_ids(results) if resume else set()
     waiting = {e["point"]["id"] for e in data["jobs"].values() if e["state"] == "submitted"}
     counts = {"submitted": 0, "skipped": 0}
@@ -78,10 +78,14 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dic
             print(f"caraml: {point.id} {'already ok' if point.id in done else 'already submitted'}, skipped",
                   file=sys.stderr)
             continue
-        job_id = sbatch(script)
         entry = {"point": point.as_json() | {"shown": point.shown}, "script": str(script), "suite": p.suite.name,
-                 "submitted_at": rec.now(), "state": "submitted", "status": None}
-        state.update(results, {job_id: entry})  # after each job: a failure later still leaves the earlier ones known
+                 "submitted_at": rec.now(), "state": state.SUBMITTING, "status": None,
+                 "job_name": jobscript.job_name(point)}
+        intent = state.intent_key(point.id)
+        state.update(results, {intent: entry})  # before sbatch: a kill right after it still leaves the job findable
+        job_id = sbatch(script)
+        # after each job: a failure later still leaves the earlier ones known
+        state.update(results, {job_id: entry | {"state": "submitted"}}, drop=(intent,))
         counts["submitted"] += 1
         print(f"caraml: {point.id} submitted as job {job_id}", file=sys.stderr)
     return counts
@@ -90,7 +94,7 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dic
 def collect(results: str) -> dict:
     """`--continue`: records of finished jobs; a record for jobs that ended without one; what still waits."""
     require_commands(("squeue", "scontrol"))
-    data = state.load(results)
+    data = recover_submissions(results)
     open_jobs = [j for j, e in data["jobs"].items() if e["state"] == "submitted"]
     if not data["jobs"]:
         raise BadInput(f"no submitted sweep in {results} (no {state.FILE}); submit with "
@@ -123,7 +127,32 @@ def collect(results: str) -> dict:
     return report
 
 
+def recover_submissions(results: str) -> dict:
+    """The state, with submissions a killed sweep left between sbatch and saving the job id resolved: a job
+    SLURM knows by the point's job name becomes `submitted` under its id; one SLURM never saw is dropped (the
+    point was not submitted; --resume submits it)."""
+    data = state.load(results)
+    intents = {k: e for k, e in data["jobs"].items() if e.get("state") == state.SUBMITTING}
+    for key, entry in intents.items():
+        job_id = job_by_name(entry["job_name"]) if isinstance(entry.get("job_name"), str) else None
+        found = {job_id: entry | {"state": "submitted"}} if job_id else {}
+        data = state.update(results, found, drop=(key,))
+        print(f"caraml: {entry['point']['id']} " + (f"was submitted as job {job_id} by a sweep that stopped before "
+              "saving it" if job_id else "was never submitted (its sweep stopped before sbatch)"), file=sys.stderr)
+    return data
+
+
 # the SLURM commands -------------------------------------------------------------------------------
+def job_by_name(name: str) -> str | None:
+    """The newest job of this name that SLURM's queue or, once it ended, its accounting knows; None if neither."""
+    proc = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True)
+    ids = proc.stdout.split() if proc.returncode == 0 else []
+    if not ids and shutil.which("sacct"):
+        proc = subprocess.run(["sacct", "-n", "-X", "-P", "--name", name, "-o", "JobID"], capture_output=True,
+                              text=True)
+        ids = proc.stdout.split() if proc.returncode == 0 else []
+    ids = [i for i in ids if i.isdigit()]
+    return max(ids, key=int) if ids else None
 def require_commands(names=SUBMIT_COMMANDS) -> None:
     missing = [n for n in names if shutil.which(n) is None]
     if missing:

@@ -69,14 +69,26 @@ def locked(results: str | Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def update(results: str | Path, jobs: dict) -> dict:
-    """Merge these job entries (job id -> entry) into the state on disk, under the lock; the merged state.
-    Entries of other jobs, saved meanwhile by another sweep, are kept."""
+def update(results: str | Path, jobs: dict, drop: tuple[str, ...] = ()) -> dict:
+    """Merge these job entries (job id -> entry) into the state on disk, and remove the `drop` keys, under the
+    lock; the merged state. Entries of other jobs, saved meanwhile by another sweep, are kept."""
     with locked(results):
         data = load(results)
+        for key in drop:
+            data["jobs"].pop(key, None)
         data["jobs"].update(jobs)
         _write(results, data)
     return data
+
+
+# A submission is written down before sbatch runs, under this key and state, with the job's name: a sweep
+# killed between sbatch and saving the job id leaves it, and the next --continue or --resume finds the job by
+# its name in SLURM's queue or accounting.
+SUBMITTING = "submitting"
+
+
+def intent_key(point_id: str) -> str:
+    return f"{SUBMITTING}:{point_id}"
 
 
 def save(results: str | Path, data: dict) -> None:
