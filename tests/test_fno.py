@@ -212,7 +212,8 @@ def test_precision_is_the_parameter_and_amp_its_former_name():
     for given, precision in (({"amp": "off"}, "fp32"), ({"amp": "fp16"}, "fp16"), ({"precision": "bf16"}, "bf16")):
         run = resolved(**given)
         assert run.config.precision == precision and run.values["precision"] == precision and "amp" not in run.values
-    with pytest.raises(BadInput, match="precision=tf32 is not valid; choose one of: fp32, fp16, bf16"):
+    with pytest.raises(BadInput,
+                       match="precision=tf32 is not valid; did you mean fp32\\? choose one of: fp32, fp16, bf16"):
         resolved(precision="tf32")
     with pytest.raises(BadInput, match="modes=12 has 1 sizes; RBC2D is 2D, e.g. modes=12x12"):
         resolved(modes="12")  # refused while the config is made, before any device is touched

@@ -38,3 +38,19 @@ def printable(text: str, keep: str = "") -> str:
     break, ...) written as its escape (`\\x1b`, `\\r`, `\\n`), so that text from a record or a user reads as text;
     the characters in `keep` (e.g. a line break CSV quotes) stay as they are."""
     return _active(keep).sub(_escape, text)
+
+
+def did_you_mean(word, candidates) -> str:
+    """"did you mean X? " for the closest of `candidates` to a mistyped `word` (the same word in another case
+    first, then difflib's closest match), or "" when nothing is close."""
+    import difflib
+
+    names = [str(c) for c in candidates]
+    text = str(word)
+    same = [n for n in names if n.lower() == text.lower()]
+    close = same or difflib.get_close_matches(text, names, n=1, cutoff=0.6) or \
+        difflib.get_close_matches(text.lower(), [n.lower() for n in names], n=1, cutoff=0.6)
+    if not close:
+        return ""
+    best = next((n for n in names if n.lower() == close[0].lower()), close[0])
+    return f"did you mean {shown(best, 60)}? "

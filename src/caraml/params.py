@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -47,7 +47,7 @@ class Param:
         value = self._convert(raw, workload)
         if self.choices is not None and value not in self.choices:
             raise BadInput(
-                f"{workload}: {self.name}={shown(raw)} is not valid; choose one of: "
+                f"{workload}: {self.name}={shown(raw)} is not valid; {did_you_mean(raw, self.choices)}choose one of: "
                 + ", ".join(str(c) for c in self.choices)
             )
         if self.minimum is not None and value is not None and value < self.minimum:
@@ -119,7 +119,8 @@ def resolve(
     for key in given:
         if key not in by_name:
             raise BadInput(
-                f"{workload}: unknown parameter '{shown(key)}'; valid parameters: " + ", ".join(sorted(by_name))
+                f"{workload}: unknown parameter '{shown(key)}'; {did_you_mean(key, by_name)}valid parameters: "
+                + ", ".join(sorted(by_name))
             )
     values = {p.name: p.default for p in declared}
     for source in (preset or {}, given):

@@ -12,7 +12,7 @@ from caraml import params as params_mod
 from caraml import systems, workloads
 from caraml.campaign import expr, launchers
 from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results.record import config_id
 from caraml.settings import RUN_PARAMS
 
@@ -44,12 +44,21 @@ class SweepPoint:
                 "launcher": self.launcher, "time_limit": self.time_limit, "params": self.params}
 
 
-def check_tags(suite: Suite, given: list[str]) -> None:
+def check_tags(suite: Suite, given: list[str]) -> list[str]:
+    """The tags as the suite spells them: a tag given in another case is the suite's where only one tag matches
+    (`--tag h100` is H100); an unknown one is bad input, with the closest known tag suggested."""
     known = suite.mentioned_tags() | set(systems.known_tags())
+    out = []
     for tag in given:
         if tag not in known:
-            raise BadInput(f"unknown tag '{shown(tag)}' for suite {suite.name}; its tags: "
+            same = [k for k in known if k.lower() == tag.lower()]
+            if len(same) == 1:
+                out.append(same[0])
+                continue
+            raise BadInput(f"unknown tag '{shown(tag)}' for suite {suite.name}; {did_you_mean(tag, known)}its tags: "
                            + ", ".join(sorted(suite.mentioned_tags())) + " (and the system tags)")
+        out.append(tag)
+    return out
 
 
 def apply_overrides(suite: Suite, overrides: dict[str, str]) -> None:

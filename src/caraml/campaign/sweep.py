@@ -28,7 +28,7 @@ def plan(suite_name: str, tags: list[str], system: str | None, overrides: dict[s
     suite = suite_mod.load(suite_name)
     if preset is not None:  # a workload preset in place of the suite's (checked when the suite expands)
         suite.preset = preset
-    expand_mod.check_tags(suite, tags)
+    tags = expand_mod.check_tags(suite, tags)
     if system is None:  # JUBE style: the system is one of the tags (`--tag H100`)
         named = [t for t in tags if t in systems.known_tags()]
         if len(named) > 1:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results.aggregate import Point, matches, throughput_of
 from caraml.results.energy import energy_of
 
@@ -288,7 +288,8 @@ def choose(columns: list[Column], names: list[str] | None, workload: str, points
     for name in names:
         c = find(columns, name)
         if c is None:
-            raise BadInput(f"unknown column '{shown(name)}' for {workload}; choose from: "
+            raise BadInput(f"unknown column '{shown(name)}' for {workload}; "
+                           f"{did_you_mean(name, [c.key for c in columns])}choose from: "
                            + ", ".join(c.key for c in columns))
         chosen.append(c)
     return chosen

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, group, load, matches, parse_where
 from caraml.results.table import Table
@@ -85,8 +85,9 @@ def result_tables(points: list[Point], names: list[str] | None = None) -> list[T
         by_workload.setdefault(p.workload, []).append(p)
     for name in names or []:  # a column must exist in at least one of the workloads shown
         if not any(cols.find(columns_of(w, pts), name) for w, pts in by_workload.items()):
-            raise BadInput(f"unknown column '{shown(name)}'; choose from: " + ", ".join(dict.fromkeys(
-                c.key for w, pts in sorted(by_workload.items()) for c in columns_of(w, pts))))
+            keys = list(dict.fromkeys(c.key for w, pts in sorted(by_workload.items()) for c in columns_of(w, pts)))
+            raise BadInput(f"unknown column '{shown(name)}'; {did_you_mean(name, keys)}choose from: "
+                           + ", ".join(keys))
     tables = []
     for workload, pts in sorted(by_workload.items()):
         columns = columns_of(workload, pts)

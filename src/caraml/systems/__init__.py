@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 
 SHIPPED = Path(__file__).parent / "profiles"
 PRECISION_PEAK = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
@@ -112,7 +112,8 @@ def get(tag: str) -> dict[str, Any]:
     for known in table:  # tags are case-insensitive on input: `--system h100`
         if known.lower() == tag.lower():
             return table[known]
-    raise BadInput(f"unknown system '{tag}'; known systems: " + ", ".join(known_tags()))
+    raise BadInput(f"unknown system '{shown(tag)}'; {did_you_mean(tag, known_tags())}known systems: "
+                   + ", ".join(known_tags()))
 
 
 def match_device_name(name: str) -> str | None:

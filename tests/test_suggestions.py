@@ -1,0 +1,50 @@
+"""Errors that suggest (issue 22, item 8): a mistyped parameter, value, tag, system or column names the
+closest right one; a tag in another case is the suite's where only one matches."""
+
+from __future__ import annotations
+
+import pytest
+
+from caraml.errors import BadInput, did_you_mean
+
+
+def test_did_you_mean_picks_the_closest_and_stays_quiet_when_nothing_is_close():
+    assert did_you_mean("batchsize", ["batch_size", "image_size", "seed"]) == "did you mean batch_size? "
+    assert did_you_mean("H100", ["h100", "A100"]) == "did you mean h100? "
+    assert did_you_mean("zzzzzz", ["batch_size", "seed"]) == ""
+
+
+def test_a_mistyped_parameter_and_value_are_answered_with_the_right_one():
+    from caraml.runner import RunSpec, resolve
+
+    with pytest.raises(BadInput, match="unknown parameter 'batchsize'; did you mean batch_size\\? valid"):
+        resolve(RunSpec("image_classification", {"batchsize": "8"}))
+    with pytest.raises(BadInput, match="precision=bf61 is not valid; did you mean bf16\\? choose one of"):
+        resolve(RunSpec("image_classification", {"precision": "bf61"}))
+
+
+def test_a_mistyped_system_is_answered_with_the_right_one():
+    from caraml import systems
+
+    with pytest.raises(BadInput, match="unknown system 'H10'; did you mean H100\\?"):
+        systems.get("H10")
+
+
+def test_a_tag_in_another_case_is_the_suites_and_a_mistyped_one_is_answered(tmp_path):
+    from caraml.campaign import sweep
+
+    plan = sweep.plan("image_classification", ["h100", "Precision"], None, {}, max_points=100)
+    assert plan.system == "H100" and "precision" in plan.tags
+    with pytest.raises(BadInput, match="unknown tag 'precison'.*did you mean precision\\?"):
+        sweep.plan("image_classification", ["precison"], "CPU", {})
+
+
+def test_a_mistyped_column_is_answered_with_the_right_one(results):
+    import handmade
+
+    from caraml.results.select import result_tables, select
+
+    handmade.write(results, handmade.image("H100", 64, "bf16", 2400.0))
+    selection = select(str(results), None, [])
+    with pytest.raises(BadInput, match="unknown column 'thruput'; did you mean throughput\\?"):
+        result_tables(selection.points, ["thruput"])
