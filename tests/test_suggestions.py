@@ -48,3 +48,26 @@ def test_a_mistyped_column_is_answered_with_the_right_one(results):
     selection = select(str(results), None, [])
     with pytest.raises(BadInput, match="unknown column 'thruput'; did you mean throughput\\?"):
         result_tables(selection.points, ["thruput"])
+
+
+def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsys):
+    """Issue 22, item 7: `--system H100` on a CPU-only run would record H100 with MFU 0 % and compare as H100."""
+    import json
+
+    import torch
+
+    from caraml import cli, systems
+
+    cpu = torch.device("cpu")
+    assert "names NVIDIA H100 PCIe GPUs, but this run is on the CPU" in systems.contradiction(systems.get("H100"), cpu)
+    assert systems.contradiction(systems.get("GC200"), cpu) is None  # PopTorch drives IPUs from a CPU process
+    assert systems.contradiction(systems.get("CPU"), cpu) is None
+    base = ["run", "image_classification", "--preset", "smoke", "device=cpu", "power=off", "data=synthetic-device",
+            "warmup_steps=1", "measure_steps=1", "image_size=32", "--results", str(results)]
+    assert cli.main(base + ["--system", "H100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--force-system" in err and "detected CPU" in err
+    assert not (results / "runs").exists() or not list((results / "runs").glob("*.json"))
+    assert cli.main(base + ["--system", "H100", "--force-system", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["system"]["tag"] == "H100" and record["system"]["forced"] is True

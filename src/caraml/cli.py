@@ -53,7 +53,7 @@ def _run(args) -> int:
 
     try:  # what only the arguments and the world size decide: every rank finds the same fault (see _quiet_rank)
         spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
-                       system=args.system, results=args.results)
+                       system=args.system, results=args.results, force_system=args.force_system)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world > 1:
             run = resolve(spec)
@@ -155,6 +155,8 @@ def _add_run_parser(sub) -> None:
     run.add_argument("params", nargs="*", metavar="key=value", help="parameters, e.g. batch_size=256 precision=bf16")
     run.add_argument("--preset", help="a named parameter set of the workload, e.g. smoke or default")
     run.add_argument("--system", help="system profile tag (default: detected from the device)")
+    run.add_argument("--force-system", action="store_true",
+                     help="record the run as --system even where the device contradicts it (said in the record)")
     run.add_argument("--results", default=DEFAULT_RESULTS, help="results directory (default: %(default)s)")
     run.add_argument("--json", action="store_true", help="print exactly one JSON record on stdout")
     run.set_defaults(func=_run)

@@ -27,6 +27,7 @@ class RunSpec:
     preset: str | None = None
     system: str | None = None  # tag; None: detect
     results: str = "caraml-results"
+    force_system: bool = False  # take `system` at its word even where the device contradicts it
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,20 @@ def _set_up(spec: RunSpec) -> _Setup:
     if wl.check_device:
         wl.check_device(run.config, device)
     tag = systems.get(spec.system)["tag"] if spec.system else systems.detect(device)
-    return _Setup(run, dist, dims, device, tag, systems.get(tag))
+    profile = systems.get(tag)
+    problem = systems.contradiction(profile, device) if spec.system and not spec.force_system else None
+    if problem:
+        raise BadInput(f"{problem}; drop --system to use the detected {systems.detect(device)}, or add "
+                       "--force-system to record this run as that system anyway")
+    return _Setup(run, dist, dims, device, tag, profile)
 
 
 def build_bench(spec: RunSpec, device: str | None = None):
     """The Bench of a run spec, built in this process without harness, monitor or record: for profile scripts
     and tests that drive `step()` themselves. Under torchrun the process group must already be up."""
     if device is not None:
-        spec = RunSpec(spec.workload, {**spec.params, "device": device}, spec.preset, spec.system, spec.results)
+        spec = RunSpec(spec.workload, {**spec.params, "device": device}, spec.preset, spec.system, spec.results,
+                       spec.force_system)
     setup = _set_up(spec)
     if setup.dist.world_size > 1:
         import torch.distributed as tdist
@@ -163,6 +170,7 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
               "device": str(setup.device), "parallel": setup.dims.as_dict()}
     record = rec.RunRecord.for_config(
         setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,
+                                                    **({"forced": True} if spec.force_system else {}),
                                                     "profile": setup.profile},
         launch, preset=spec.preset, env=env_mod.collect())
     if not dist.is_main:

@@ -128,6 +128,27 @@ def match_device_name(name: str) -> str | None:
     return best[1] if best else None
 
 
+def contradiction(profile: dict, device) -> str | None:
+    """What makes a profile given with --system wrong for the device the run is on, in one line; None when the
+    device fits it (or is unknown to every profile, as a site's own GPU may be)."""
+    tag, vendor = profile.get("tag"), profile.get("vendor")
+    what = profile.get("accelerator") or tag
+    if device.type == "cpu":
+        if vendor in ("nvidia", "amd"):  # an IPU run drives its IPUs from a CPU process: graphcore fits
+            return f"--system {tag} names {what} GPUs, but this run is on the CPU"
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name(device)
+    if vendor == "cpu":
+        return f"--system {tag} names a CPU-only machine, but this run is on a {name}"
+    detected = match_device_name(name)
+    fits = any(re.search(pattern, name, re.IGNORECASE) for pattern in profile.get("match", []))
+    if detected is not None and detected != tag and not fits:
+        return f"--system {tag} names {what}, but this run is on a {name} (profile {detected})"
+    return None
+
+
 def detect(device=None) -> str:
     """The tag of the system a run uses: from its accelerator's name (the first one when no device is
     given), CPU for a run on the CPU or a machine without accelerator."""
