@@ -15,6 +15,9 @@ def add_parsers(sub, results_default: str) -> None:
     _selection_args(result, results_default)
     result.add_argument("--columns", action="append", metavar="a,b,...",
                         help="show these columns (keys or headers, e.g. system,throughput,units_per_wh)")
+    result.add_argument("--wide", action="store_true",
+                        help="every default column; without it a table on a terminal fits its width (columns "
+                             "left out are named under it); files and pipes always get every default column")
     result.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown", "rows-json"),
                         help="json: the records themselves; rows-json: the table rows as JSON objects. Text from "
                              "records is shown as text in every format: control characters (an escape code) as "
@@ -55,7 +58,7 @@ def add_parsers(sub, results_default: str) -> None:
 def _result(args) -> int:
     from caraml.results.select import result_tables, select
     from caraml.results.store import Store, dumps
-    from caraml.results.table import render_tables
+    from caraml.results.table import render_tables, terminal_width
 
     selection = select(args.results, args.workload, args.where)
     Store(args.results).sync_index()
@@ -64,7 +67,8 @@ def _result(args) -> int:
         print(dumps(records, indent=1))
         return 0
     fmt = "json" if args.format == "rows-json" else args.format
-    sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns)), fmt))
+    width = terminal_width() if fmt == "table" and not args.wide else None
+    sys.stdout.write(render_tables(result_tables(selection.points, _names(args.columns), width), fmt))
     return 0
 
 

@@ -7,6 +7,7 @@ point's representative run; metric columns are the median over the point's succe
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -280,17 +281,78 @@ def find(columns: list[Column], name: str) -> Column | None:
     return None
 
 
+FIELDS_HINT = "; or a parameter (data, params.data) or a record field (launch.world_size, metrics.energy.reason)"
+RECORD_FIELDS = ("params", "launch", "system", "metrics", "env")
+
+
+def _path_value(record: dict, path: list[str]):
+    value = record
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value if not isinstance(value, (dict, list)) else json.dumps(value, default=str)
+
+
+def resolve(columns: list[Column], name: str, points=()) -> Column | None:
+    """A column by key or header (find), else a parameter of these runs (`data`, `params.data`), else a record
+    field by its dotted path (`launch.world_size`, `metrics.energy.reason`), else None."""
+    c = find(columns, name)
+    if c is not None:
+        return c
+    bare = name[len("params."):] if name.startswith("params.") else name
+    if any(bare in p.params for p in points):
+        covering = next((c for c in columns if c.param == bare or bare in c.aliases), None)
+        return covering or param(bare, bare, bare)
+    top, _, rest = name.partition(".")
+    if top in RECORD_FIELDS and rest and any(_path_value(p.rep, name.split(".")) is not None for p in points):
+        path = name.split(".")
+        style = "num" if top == "metrics" else "text"
+        if top == "metrics":
+            return metric(name, name, lambda r: _num(_path_value(r, path)), style)
+        return config(name, name, lambda r: _path_value(r, path))
+    return None
+
+
+# What the text table adds to a header so that figures of one name but another convention are told apart.
+NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_throughput": "CARAML",
+         "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10"}
+# Kept longest when a table is narrowed to fit (after the columns it keeps always).
+HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
+STEADY_SPREAD = 0.25  # a step-time spread above this is flagged in the text table
+ENERGY_KEYS = ("energy_wh", "units_per_wh", "energy_per_device_wh", "energy_measure_wh")
+
+
+def text_header(c: Column) -> str:
+    note = NOTES.get(c.key)
+    return f"{c.header} ({note})" if note and note.lower() not in c.header.lower() else c.header
+
+
+def varying(columns: list[Column], shown_cols: list[Column], points) -> list[Column]:
+    """Columns for the parameters that differ between `points` but no shown column shows: rows that differ only
+    there would look alike. A workload's own column of that parameter where it has one (e.g. Data)."""
+    if len(points) < 2:
+        return []
+    covered = {c.param for c in shown_cols if c.param} | {a for c in shown_cols for a in c.aliases}
+    keys = sorted({k for p in points for k in p.params} - covered)
+    out = []
+    for k in keys:
+        if len({json.dumps(p.params.get(k), sort_keys=True, default=str) for p in points}) > 1:
+            out.append(resolve(columns, "params." + k, points))
+    return [c for c in out if c is not None and c.key not in {s.key for s in shown_cols}]
+
+
 def choose(columns: list[Column], names: list[str] | None, workload: str, points=()) -> list[Column]:
     if not names:
         return [c for c in columns if c.default is True
                 or (c.default == "if-any" and any(c.get(p) is not None for p in points))]
     chosen = []
     for name in names:
-        c = find(columns, name)
+        c = resolve(columns, name, points)
         if c is None:
             raise BadInput(f"unknown column '{shown(name)}' for {workload}; "
                            f"{did_you_mean(name, [c.key for c in columns])}choose from: "
-                           + ", ".join(c.key for c in columns))
+                           + ", ".join(c.key for c in columns) + FIELDS_HINT)
         chosen.append(c)
     return chosen
 
@@ -312,7 +374,7 @@ def sort_key(columns: list[Column]):
 
 def lookup(point: Point, columns: list[Column], key: str) -> tuple[bool, Any]:
     """(known, value) of `key` for --where: a column, a parameter, or the workload."""
-    c = find(columns, key)
+    c = resolve(columns, key, [point])
     if c is not None:
         return True, c.get(point)
     if key in point.params:

@@ -21,6 +21,7 @@ from caraml.results.aggregate import Point, matches
 from caraml.results.table import Table
 
 SCALING_KEYS = ("devices", "nodes")
+RECORD_PATHS = {"launch.world_size": "devices", "launch.nodes": "nodes", "system.tag": "system"}
 
 
 @dataclass
@@ -64,7 +65,11 @@ def _natural(value):
 
 
 def group_key(points: list[Point], columns: list[cols.Column], by: str) -> str:
-    """The record field to compare by: system, devices, nodes or a parameter (a column naming one works too)."""
+    """The record field to compare by: system, devices, nodes or a parameter (a column naming one works too, and so
+    do the record's own paths: params.precision, launch.world_size, launch.nodes, system.tag)."""
+    by = RECORD_PATHS.get(by, by)
+    if by.startswith("params.") and any(by[len("params."):] in p.params for p in points):
+        by = by[len("params."):]
     if by in ("system", "devices", "nodes") or any(by in p.params for p in points):
         return by
     column = cols.find(columns, by)

@@ -6,12 +6,13 @@ and fail the same way on input that selects nothing.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, group, load, matches, parse_where
-from caraml.results.table import Table
+from caraml.results.table import Table, fit
 
 
 @dataclass
@@ -67,31 +68,78 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
 
 
 def _knows(workload: str, points: list[Point], key: str) -> bool:
-    return key == "workload" or cols.find(columns_of(workload, points), key) is not None or any(
-        key in p.params for p in points)
+    return key == "workload" or cols.resolve(columns_of(workload, points), key, points) is not None
 
 
-def result_table(workload: str, points: list[Point], names: list[str] | None = None) -> Table:
-    columns = cols.choose(columns_of(workload, points), names, workload, points)
-    return Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
-                 styles=[c.style for c in columns], rows=[[c.get(p) for c in columns] for p in points],
-                 extras=[{"workload": workload, "id": p.id, "run_ids": [r.get("run_id") for r in p.records]}
-                         for p in points])
+def result_table(workload: str, points: list[Point], names: list[str] | None = None,
+                 width: int | None = None) -> Table:
+    """The table of a workload's points: the columns named, else the default ones and a column for each parameter
+    that differs between the rows. `width`: fit the text table to it (fit), keeping the columns named, the
+    configuration that differs, throughput and status."""
+    everything = columns_of(workload, points)
+    columns = cols.choose(everything, names, workload, points)
+    if not names:
+        extra = cols.varying(everything, columns, points)
+        last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
+        columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
+    rows = [[c.get(p) for c in columns] for p in points]
+    table = Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
+                  styles=[c.style for c in columns], rows=rows,
+                  extras=[{"workload": workload, "id": p.id, "run_ids": [r.get("run_id") for r in p.records]}
+                          for p in points], text_headers=[cols.text_header(c) for c in columns])
+    if width:
+        keep = set(table.keys) if names else {"throughput", "status"} | {c.key for c in columns if c.config and len(
+            {repr(c.get(p)) for p in points}) > 1}
+        table = fit(table, width, keep=keep, config={c.key for c in columns if c.config}, prefer=cols.HEADLINE)
+    _flag(table, points)
+    if width:
+        table.notes = [line for note in table.notes for line in textwrap.wrap(note, width, subsequent_indent="  ")]
+    return table
 
 
-def result_tables(points: list[Point], names: list[str] | None = None) -> list[Table]:
+def _flag(table: Table, points: list[Point]) -> None:
+    """Marks and footnotes of the text table: a step-time spread above STEADY_SPREAD, and why energy reads '-'."""
+    keys = table.keys
+    if "step_spread" in keys:
+        j = keys.index("step_spread")
+        flagged = [i for i, row in enumerate(table.rows) if isinstance(row[j], (int, float))
+                   and row[j] > cols.STEADY_SPREAD]
+        for i in flagged:
+            table.marks[(i, "step_spread")] = "!"
+        if flagged:
+            table.notes.append(f"! StepSpread above {cols.STEADY_SPREAD:.0%}: step times varied that much in the "
+                               "measured window ((p90-p10)/median), so the figures are unsteady; measure more steps "
+                               "or repeat")
+    energy = [j for j, k in enumerate(keys) if k in cols.ENERGY_KEYS]
+    reasons: dict[str, int] = {}
+    for i, p in enumerate(points):
+        if energy and all(table.rows[i][j] is None for j in energy):
+            e = p.energy()
+            reason = e.reason or ("energy measured, but no units per Wh" if e.available else "no energy reading")
+            short = _short(reason)
+            reasons[short] = reasons.get(short, 0) + 1
+    for reason, n in reasons.items():
+        table.notes.append(f"energy -: {reason} ({n} row{'s' if n > 1 else ''})")
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def result_tables(points: list[Point], names: list[str] | None = None, width: int | None = None) -> list[Table]:
     by_workload: dict[str, list[Point]] = {}
     for p in points:
         by_workload.setdefault(p.workload, []).append(p)
     for name in names or []:  # a column must exist in at least one of the workloads shown
-        if not any(cols.find(columns_of(w, pts), name) for w, pts in by_workload.items()):
+        if not any(cols.resolve(columns_of(w, pts), name, pts) for w, pts in by_workload.items()):
             keys = list(dict.fromkeys(c.key for w, pts in sorted(by_workload.items()) for c in columns_of(w, pts)))
             raise BadInput(f"unknown column '{shown(name)}'; {did_you_mean(name, keys)}choose from: "
-                           + ", ".join(keys))
+                           + ", ".join(keys) + cols.FIELDS_HINT)
     tables = []
     for workload, pts in sorted(by_workload.items()):
         columns = columns_of(workload, pts)
         pts = sorted(pts, key=cols.sort_key(columns))
-        mine = [n for n in names if cols.find(columns, n)] if names else None
-        tables.append(result_table(workload, pts, mine))
+        mine = [n for n in names if cols.resolve(columns, n, pts)] if names else None
+        tables.append(result_table(workload, pts, mine, width))
     return tables

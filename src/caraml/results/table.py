@@ -16,7 +16,7 @@ import csv
 import io
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from caraml.errors import printable
 
@@ -32,6 +32,86 @@ class Table:
     styles: list[str]
     rows: list[list] = field(default_factory=list)
     extras: list[dict] = field(default_factory=list)  # per-row fields only JSON shows (workload, run ids)
+    # Only the text table for people shows these (CSV, JSON and Markdown keep CARAML's headers and exact values):
+    text_headers: list[str] | None = None  # headers with their convention, e.g. 'Timesteps/s (steady)'
+    marks: dict = field(default_factory=dict)  # (row index, column key) -> a marker after the value, e.g. '!'
+    notes: list[str] = field(default_factory=list)  # footnote lines under the table
+
+
+def terminal_width() -> int | None:
+    """The width text tables fit to: the terminal's (COLUMNS, else the terminal's size) when stdout is a terminal;
+    None (every default column, as before) when stdout is a file or a pipe, so that what scripts read is stable."""
+    import shutil
+    import sys
+
+    isatty = getattr(sys.stdout, "isatty", None)
+    return shutil.get_terminal_size().columns if isatty and isatty() else None
+
+
+def text_width(table: Table) -> int:
+    """The width of the rich table drawn for `table`: each column its widest cell plus padding and a border."""
+    heads = table.text_headers or table.headers
+    cells = _text_cells(table)
+    widths = [max([len(printable(h))] + [len(printable(row[i])) for row in cells]) for i, h in enumerate(heads)]
+    return max(sum(widths) + 3 * len(widths) + 1, len(printable(table.title)))
+
+
+def fit(table: Table, width: int, keep=(), config=(), prefer=()) -> Table:
+    """`table` narrowed to `width` columns of text: first the configuration columns (`config`) whose value is the
+    same in every row leave (a footnote lists them with their value), then columns from the right, those in
+    `prefer` last; `keep` stay. A footnote names the columns left out."""
+    if text_width(table) <= width:
+        return table
+    names_of = dict(zip(table.keys, table.text_headers or table.headers))
+    notes = []
+    if len(table.rows) > 1:
+        same = [k for i, k in enumerate(table.keys) if k in config and k not in keep
+                and len({json.dumps(r[i], default=str) for r in table.rows}) == 1]
+        if same:
+            shown_same = [f"{_head(table, k)} {format_value(table.rows[0][table.keys.index(k)], _style(table, k))}"
+                          for k in same]
+            table = _without(table, same)
+            notes.append("same in every row: " + ", ".join(shown_same))
+    hidden = []
+    order = list(table.keys)
+    for k in [k for k in reversed(order) if k not in prefer] + [k for k in reversed(order) if k in prefer]:
+        if text_width(table) <= width:
+            break
+        if k not in keep:
+            hidden.append(k)
+            table = _without(table, [k])
+    if hidden:
+        notes.append(f"not shown, to fit {width} columns: " + ", ".join(names_of[k] for k in order if k in hidden)
+                     + " (--wide or --columns shows them)")
+    return replace(table, notes=notes + table.notes)
+
+
+def _head(table: Table, key: str) -> str:
+    return (table.text_headers or table.headers)[table.keys.index(key)]
+
+
+def _style(table: Table, key: str) -> str:
+    return table.styles[table.keys.index(key)]
+
+
+def _without(table: Table, keys) -> Table:
+    idx = [i for i, k in enumerate(table.keys) if k not in keys]
+
+    def pick(items):
+        return [items[i] for i in idx] if items is not None else None
+
+    return replace(table, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
+                   text_headers=pick(table.text_headers), rows=[pick(r) for r in table.rows],
+                   marks={k: v for k, v in table.marks.items() if k[1] not in keys})
+
+
+def _text_cells(table: Table) -> list[list[str]]:
+    cells = shown(table)
+    for (i, key), mark in table.marks.items():
+        if key in table.keys and i < len(cells):
+            j = table.keys.index(key)
+            cells[i][j] = f"{cells[i][j]} {mark}"
+    return cells
 
 
 def format_value(value, style: str = "text") -> str:
@@ -91,15 +171,16 @@ def _render_one(table: Table, fmt: str, titled: bool) -> str:
     from rich.table import Table as RichTable
     from rich.text import Text
 
+    cells = _text_cells(table)
     rich_table = RichTable(title=Text(printable(table.title)), title_justify="left", show_lines=False)
-    for header, style in zip(table.headers, table.styles):
+    for header, style in zip(table.text_headers or table.headers, table.styles):
         rich_table.add_column(Text(printable(header)), justify="right" if style in RIGHT else "left",
                               overflow="fold")
     for row in cells:
         rich_table.add_row(*(Text(printable(c)) for c in row))
     buffer = io.StringIO()
     Console(file=buffer, width=10_000, color_system=None).print(rich_table)
-    return buffer.getvalue()
+    return buffer.getvalue() + "".join(printable(n) + "\n" for n in table.notes)
 
 
 def _csv(value):
