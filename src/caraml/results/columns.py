@@ -307,9 +307,10 @@ def resolve(columns: list[Column], name: str, points=()) -> Column | None:
     top, _, rest = name.partition(".")
     if top in RECORD_FIELDS and rest and any(_path_value(p.rep, name.split(".")) is not None for p in points):
         path = name.split(".")
-        style = "num" if top == "metrics" else "text"
-        if top == "metrics":
-            return metric(name, name, lambda r: _num(_path_value(r, path)), style)
+        if top == "metrics":  # a number: the median over the point's runs; text: the representative run's
+            if any(_num(_path_value(r, path)) is not None for p in points for r in p.records):
+                return metric(name, name, lambda r: _num(_path_value(r, path)))
+            return run_column(name, name, lambda r: _path_value(r, path))
         return config(name, name, lambda r: _path_value(r, path))
     return None
 

@@ -1,0 +1,191 @@
+"""Issue 22, items 4, 6 and 9 (terminal side): tables that fit the terminal, the parameters that tell rows apart
+shown, any parameter or record field usable as a column, key or --by, headers that say their convention, unsteady
+step times flagged and energy's '-' explained. In-process, with hand-written records."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from conftest import cli
+from handmade import fno, image, populate, write
+
+from caraml.results import table as table_mod
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    results = tmp_path / "results"
+    populate(results)
+    return results
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """stdout a terminal of 120 columns."""
+    monkeypatch.setattr(table_mod, "terminal_width", lambda: 120)
+
+
+def _fno_pair(results, **second):
+    """Two FNO records that differ only in the parameter `data` (not a default column)."""
+    a = fno("H100", "RBC2D", 1, 20, "fp16", "default", 3757.0, train=3700.0)
+    b = fno("H100", "RBC2D", 1, 20, "fp16", "default", 1200.0, train=1100.0, started="2026-12-01T11:00:00.000+00:00")
+    a["params"]["data"], b["params"]["data"] = "synthetic", "file"
+    for k, v in second.items():
+        b["params"][k] = v
+    write(results, a)
+    write(results, b)
+    return a, b
+
+
+def test_a_table_on_a_terminal_fits_its_width_and_names_what_it_left_out(campaign, terminal):
+    out = cli("result", "--results", campaign, check=0).stdout
+    assert max(len(line) for line in out.splitlines()) <= 120
+    assert "Timesteps/s (steady)" in out and "Status" in out  # throughput and status always stay
+    assert "same in every row: Problem RBC2D" in out  # a configuration column that does not differ
+    assert "not shown, to fit 120 columns:" in out and "--wide" in out
+    assert "H100" in out and "A100" in out  # the system differs between rows: kept
+
+
+def test_wide_and_non_terminals_show_every_default_column(campaign, terminal):
+    wide = cli("result", "--results", campaign, "--workload", "fno", "--wide", check=0).stdout
+    assert max(len(line) for line in wide.splitlines()) > 120 and "not shown" not in wide
+    for header in ("ModelParam (Million)", "TrainTimesteps/second (CARAML)", "PeakMemory GiB", "Spread"):
+        assert header in wide
+
+
+def test_a_pipe_gets_every_default_column(campaign):
+    text = cli("result", "--results", campaign, "--workload", "fno", check=0).stdout  # stdout not a terminal
+    assert "not shown" not in text and "ModelParam (Million)" in text and "Energy/device Wh" in text
+
+
+def test_a_parameter_that_differs_between_rows_becomes_a_column(tmp_path):
+    results = tmp_path / "r"
+    _fno_pair(results)
+    rows = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert sorted(r["data"] for r in rows) == ["file", "synthetic"]
+    text = cli("result", "--results", results, check=0).stdout
+    assert "Data" in text.splitlines()[2]  # the workload's own header of `data`
+    header = next(csv.reader(io.StringIO(cli("result", "--results", results, "--format", "csv", check=0).stdout)))
+    assert "Data" in header
+
+
+def test_rows_alike_in_shown_columns_keep_no_extra_columns(campaign):
+    rows = json.loads(cli("result", "--results", campaign, "--workload", "llm_training", "--format", "rows-json",
+                          check=0).stdout)
+    assert not any("micro_batch_size" in r or "seq_length" in r for r in rows)  # the same in every row
+
+
+def test_a_parameter_without_a_column_of_its_own_is_a_column(tmp_path):
+    results = tmp_path / "r"
+    a, b = image("H100", 64, "bf16", 2500.0), image("H100", 64, "bf16", 2400.0, started="2026-12-01T11:00:00+00:00")
+    b["params"]["lr"] = 0.2
+    b["id"] = a["id"] + "-lr"  # another configuration
+    write(results, a)
+    write(results, b)
+    rows = json.loads(cli("result", "--results", results, "--columns", "system,momentum", "--format", "rows-json",
+                          check=0).stdout)
+    assert [r["momentum"] for r in rows] == [0.9, 0.9]
+    rows = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert sorted(r["lr"] for r in rows) == [0.1, 0.2]  # differs between the rows: shown without asking
+
+
+@pytest.mark.parametrize("name,key", [("params.data", "data"),
+                                      ("launch.world_size", "launch.world_size"),
+                                      ("metrics.energy.reason", "metrics.energy.reason")])
+def test_any_parameter_or_record_field_is_a_column(tmp_path, name, key):
+    results = tmp_path / "r"
+    _fno_pair(results)
+    rows = json.loads(cli("result", "--results", results, "--columns", f"system,{name}", "--format", "rows-json",
+                          check=0).stdout)
+    assert all(key in r for r in rows)
+    if key == "launch.world_size":
+        assert {r[key] for r in rows} == {1}
+    if key == "metrics.energy.reason":
+        assert {r[key] for r in rows} == {"no power monitor was attached"}
+
+
+def test_a_parameter_or_record_field_filters_with_where(tmp_path):
+    results = tmp_path / "r"
+    _fno_pair(results)
+    for where in ("data=file", "params.data=file"):
+        rows = json.loads(cli("result", "--results", results, "--where", where, "--format", "rows-json",
+                              check=0).stdout)
+        assert [r["throughput"] for r in rows] == [1200.0]
+    rows = json.loads(cli("result", "--results", results, "--where", "launch.world_size=1", "--format",
+                          "rows-json", check=0).stdout)
+    assert len(rows) == 2
+
+
+def test_an_unknown_column_is_one_line_exit_2(campaign):
+    proc = cli("result", "--results", campaign, "--columns", "nosuch", check=2)
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
+    assert "launch.world_size" in proc.stderr  # says that record fields work
+
+
+@pytest.mark.parametrize("by", ["params.precision", "launch.world_size", "system.tag"])
+def test_compare_by_a_record_path(campaign, by):
+    out = json.loads(cli("compare", "--results", campaign, "--workload", "image_classification", "--by", by,
+                         "--format", "json", check=0).stdout)
+    assert out[0]["by"] == {"params.precision": "precision", "launch.world_size": "devices",
+                            "system.tag": "system"}[by]
+    assert out[0]["rows"]
+
+
+def test_headers_say_their_convention_in_the_text_table_only(campaign):
+    text = cli("result", "--results", campaign, check=0).stdout
+    for header in ("Timesteps/s (steady)", "Timesteps/second (CARAML)", "TrainTimesteps/second (CARAML)",
+                   "Time/iteration(s) (median)", "Tokens/second (steady)", "Images/s (steady)"):
+        assert header in text
+    header = next(csv.reader(io.StringIO(cli("result", "--results", campaign, "--workload", "fno", "--format", "csv",
+                                             check=0).stdout)))
+    assert "Timesteps/second" in header and "Timesteps/s" in header  # CARAML's names, as JUBE reads them
+    assert not any("(" in h and ("steady" in h or "CARAML" in h) for h in header)
+
+
+def test_an_unsteady_step_time_is_flagged(tmp_path):
+    results = tmp_path / "r"
+    write(results, image("H100", 64, "bf16", 2500.0, spread=0.5))
+    write(results, image("A100", 64, "bf16", 1500.0, spread=0.1))
+    text = cli("result", "--results", results, check=0).stdout
+    assert "50.0% !" in text and "10.0% !" not in text
+    assert "! StepSpread above 25%" in text
+    rows = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert sorted(r["step_spread"] for r in rows) == pytest.approx([0.1, 0.5])  # numbers stay numbers
+
+
+def test_steady_step_times_have_no_flag(tmp_path):
+    results = tmp_path / "r"
+    write(results, image("H100", 64, "bf16", 2500.0, spread=0.1))
+    assert "StepSpread above" not in cli("result", "--results", results, check=0).stdout
+
+
+def test_energy_shown_as_dash_says_why_once_per_reason(tmp_path):
+    results = tmp_path / "r"
+    long = "energy unavailable: " + "; ".join(f"node{i} GPU-{i}: permission denied reading the counter"
+                                              for i in range(5))
+    recs = [image("H100", 64, "bf16", 2500.0), image("H100", 128, "bf16", 2600.0),
+            image("H100", 256, "bf16", 2700.0), image("A100", 64, "bf16", 1500.0, energy_wh=9.0, units_per_wh=800.0)]
+    recs[2]["metrics"]["energy"]["reason"] = long
+    for rec in recs:
+        write(results, rec)
+    text = cli("result", "--results", results, check=0).stdout
+    assert text.count("no power monitor was attached") == 1
+    assert "energy -: no power monitor was attached (2 rows)" in text
+    [line] = [x for x in text.splitlines() if "permission denied" in x]
+    assert line.endswith("(1 row)") and "…" in line and len(line) < len(long)
+    md = cli("result", "--results", results, "--format", "markdown", check=0).stdout
+    assert "energy -" not in md  # Markdown and CSV stay tables only
+
+
+def test_energy_present_everywhere_has_no_footnote(tmp_path):
+    results = tmp_path / "r"
+    write(results, image("H100", 64, "bf16", 2500.0, energy_wh=10.0, units_per_wh=900.0))
+    assert "energy -" not in cli("result", "--results", results, check=0).stdout
+
+
+def test_llm_row_fits_with_its_headline(campaign, terminal):
+    out = cli("result", "--results", campaign, "--workload", "llm_training", check=0).stdout
+    assert "Tokens/second (steady)" in out and max(map(len, out.splitlines())) <= 120
