@@ -189,3 +189,21 @@ def test_energy_present_everywhere_has_no_footnote(tmp_path):
 def test_llm_row_fits_with_its_headline(campaign, terminal):
     out = cli("result", "--results", campaign, "--workload", "llm_training", check=0).stdout
     assert "Tokens/second (steady)" in out and max(map(len, out.splitlines())) <= 120
+
+
+def test_compare_on_a_terminal_fits_and_keeps_its_ratios(campaign, terminal):
+    out = cli("compare", "--results", campaign, "--by", "system", check=0).stdout
+    assert max(len(line) for line in out.splitlines()) <= 120
+    assert "H100 ×speed" in out and "1.88x" in out  # the ratios are what a comparison is for
+    assert "not shown, to fit 120 columns:" in out and "Problem RBC2D" in out  # a single row's configuration
+    wide = cli("compare", "--results", campaign, "--by", "system", "--wide", check=0).stdout
+    assert "not shown" not in wide and max(len(line) for line in wide.splitlines()) > 120
+
+
+def test_a_run_summary_says_why_energy_is_missing(monkeypatch):
+    from caraml.results.table import render
+
+    monkeypatch.setattr(table_mod, "terminal_width", lambda: 100)
+    out = render([image("H100", 64, "bf16", 2500.0)], "table")  # what `caraml run` prints after a run
+    assert "energy -: no power monitor was attached (1 row)" in out
+    assert max(len(line) for line in out.splitlines()) <= 100 and "Images/s (steady)" in out

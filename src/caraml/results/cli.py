@@ -36,6 +36,8 @@ def add_parsers(sub, results_default: str) -> None:
                                             "smallest device count)")
     _selection_args(compare, results_default)
     compare.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"))
+    compare.add_argument("--wide", action="store_true", help="every column; without it a table on a terminal fits "
+                                                             "its width")
     compare.set_defaults(func=_compare)
 
     plot = sub.add_parser("plot", help="plots (PNG and SVG): throughput, efficiency, pareto, scaling, power",
@@ -73,9 +75,9 @@ def _result(args) -> int:
 
 
 def _compare(args) -> int:
-    from caraml.results.compare import as_json, compare, tables
+    from caraml.results.compare import as_json, compare, fit_text, tables
     from caraml.results.select import select
-    from caraml.results.table import render_tables
+    from caraml.results.table import render_tables, terminal_width
 
     selection = select(args.results, args.workload, args.where)
     done, problems = [], []
@@ -91,7 +93,8 @@ def _compare(args) -> int:
     if args.format == "json":
         print(json.dumps([as_json(c) for c in done], indent=1, default=str))
     else:
-        sys.stdout.write(render_tables([t for c in done for t in tables(c)], args.format))
+        width = terminal_width() if args.format == "table" and not args.wide else None
+        sys.stdout.write(render_tables(fit_text([t for c in done for t in tables(c)], width), args.format))
     return 0
 
 

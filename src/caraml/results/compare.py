@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from caraml.errors import BadInput, shown
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, matches
-from caraml.results.table import Table
+from caraml.results.table import Table, fit
 
 SCALING_KEYS = ("devices", "nodes")
 RECORD_PATHS = {"launch.world_size": "devices", "launch.nodes": "nodes", "system.tag": "system"}
@@ -197,6 +197,7 @@ def tables(cmp: Comparison) -> list[Table]:
                     row.append(cmp.efficiency(cell, g))
         main.rows.append(row)
         main.extras.append({"workload": cmp.workload, "by": cmp.by, "baseline": cmp.baseline})
+    main.text_headers = [cols.text_header(c) for c in cmp.columns] + main.headers[len(cmp.columns):]
     out = [main]
     if cmp.apart:
         apart = Table(title=f"{cmp.workload}: not compared", keys=cfg_keys + ["groups", "why"],
@@ -206,6 +207,15 @@ def tables(cmp: Comparison) -> list[Table]:
             apart.extras.append({"workload": cmp.workload, "by": cmp.by, "not_compared": True})
         out.append(apart)
     return out
+
+
+def fit_text(tables_: list[Table], width: int | None) -> list[Table]:
+    """Comparison tables narrowed to `width` (table.fit): the groups' figures and ratios stay, configuration
+    columns the same in every row leave first, into a footnote."""
+    if not width:
+        return tables_
+    return [fit(t, width, keep={k for k in t.keys if ":" in k or k in ("groups", "why")}, config=set(t.keys),
+                hint="--wide shows them") for t in tables_]
 
 
 def as_json(cmp: Comparison) -> dict:

@@ -6,7 +6,6 @@ and fail the same way on input that selects nothing.
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass, field
 
 from caraml.errors import BadInput, did_you_mean, shown
@@ -92,8 +91,6 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
             {repr(c.get(p)) for p in points}) > 1}
         table = fit(table, width, keep=keep, config={c.key for c in columns if c.config}, prefer=cols.HEADLINE)
     _flag(table, points)
-    if width:
-        table.notes = [line for note in table.notes for line in textwrap.wrap(note, width, subsequent_indent="  ")]
     return table
 
 

@@ -36,6 +36,7 @@ class Table:
     text_headers: list[str] | None = None  # headers with their convention, e.g. 'Timesteps/s (steady)'
     marks: dict = field(default_factory=dict)  # (row index, column key) -> a marker after the value, e.g. '!'
     notes: list[str] = field(default_factory=list)  # footnote lines under the table
+    width: int | None = None  # the width the text table was fitted to (fit); its footnotes wrap there
 
 
 def terminal_width() -> int | None:
@@ -56,22 +57,31 @@ def text_width(table: Table) -> int:
     return max(sum(widths) + 3 * len(widths) + 1, len(printable(table.title)))
 
 
-def fit(table: Table, width: int, keep=(), config=(), prefer=()) -> Table:
+def fit(table: Table, width: int, keep=(), config=(), prefer=(), hint="--wide or --columns shows them") -> Table:
     """`table` narrowed to `width` columns of text: first the configuration columns (`config`) whose value is the
     same in every row leave (a footnote lists them with their value), then columns from the right, those in
-    `prefer` last; `keep` stay. A footnote names the columns left out."""
+    `prefer` last; `keep` stay. A footnote names the columns left out (a configuration column one value held
+    in every row with that value); footnotes wrap at `width`."""
+    table = replace(table, width=width)
     if text_width(table) <= width:
         return table
     names_of = dict(zip(table.keys, table.text_headers or table.headers))
+    full = table
+
+    def same(k):
+        i = full.keys.index(k)
+        return k in config and len({json.dumps(r[i], default=str) for r in full.rows}) == 1
+
+    def with_value(k):
+        i = full.keys.index(k)
+        return f"{names_of[k]} {format_value(full.rows[0][i], full.styles[i])}" if full.rows else names_of[k]
+
     notes = []
     if len(table.rows) > 1:
-        same = [k for i, k in enumerate(table.keys) if k in config and k not in keep
-                and len({json.dumps(r[i], default=str) for r in table.rows}) == 1]
-        if same:
-            shown_same = [f"{_head(table, k)} {format_value(table.rows[0][table.keys.index(k)], _style(table, k))}"
-                          for k in same]
-            table = _without(table, same)
-            notes.append("same in every row: " + ", ".join(shown_same))
+        constant = [k for k in table.keys if k not in keep and same(k)]
+        if constant:
+            table = _without(table, constant)
+            notes.append("same in every row: " + ", ".join(map(with_value, constant)))
     hidden = []
     order = list(table.keys)
     for k in [k for k in reversed(order) if k not in prefer] + [k for k in reversed(order) if k in prefer]:
@@ -81,8 +91,8 @@ def fit(table: Table, width: int, keep=(), config=(), prefer=()) -> Table:
             hidden.append(k)
             table = _without(table, [k])
     if hidden:
-        notes.append(f"not shown, to fit {width} columns: " + ", ".join(names_of[k] for k in order if k in hidden)
-                     + " (--wide or --columns shows them)")
+        notes.append(f"not shown, to fit {width} columns: " + ", ".join(
+            with_value(k) if same(k) else names_of[k] for k in order if k in hidden) + f" ({hint})")
     return replace(table, notes=notes + table.notes)
 
 
@@ -180,7 +190,12 @@ def _render_one(table: Table, fmt: str, titled: bool) -> str:
         rich_table.add_row(*(Text(printable(c)) for c in row))
     buffer = io.StringIO()
     Console(file=buffer, width=10_000, color_system=None).print(rich_table)
-    return buffer.getvalue() + "".join(printable(n) + "\n" for n in table.notes)
+    import textwrap
+
+    notes = [printable(n) for n in table.notes]
+    if table.width:
+        notes = [line for n in notes for line in textwrap.wrap(n, table.width, subsequent_indent="  ")]
+    return buffer.getvalue() + "".join(n + "\n" for n in notes)
 
 
 def _csv(value):
@@ -212,8 +227,9 @@ def html_table(table: Table, css_class: str = "data") -> str:
 
 
 def render(records: list[dict], fmt: str) -> str:
-    """Records as one table per workload (repeats of a configuration collapsed); `caraml run` prints this."""
+    """Records as one table per workload (repeats of a configuration collapsed); `caraml run` prints this (on a
+    terminal fitted to its width, as `caraml result` does)."""
     from caraml.results.aggregate import group
     from caraml.results.select import result_tables
 
-    return render_tables(result_tables(group(records)), fmt)
+    return render_tables(result_tables(group(records), width=terminal_width() if fmt == "table" else None), fmt)
