@@ -207,3 +207,25 @@ def test_a_run_summary_says_why_energy_is_missing(monkeypatch):
     out = render([image("H100", 64, "bf16", 2500.0)], "table")  # what `caraml run` prints after a run
     assert "energy -: no power monitor was attached (1 row)" in out
     assert max(len(line) for line in out.splitlines()) <= 100 and "Images/s (steady)" in out
+
+
+def test_the_width_is_the_terminals_and_none_for_a_pipe(monkeypatch):
+    import sys
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("COLUMNS", "97")
+    monkeypatch.setattr(sys, "stdout", Tty())
+    assert table_mod.terminal_width() == 97
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert table_mod.terminal_width() is None
+
+
+@pytest.mark.parametrize("name", ["params.nosuch", "launch.nosuch", "metrics"])
+def test_an_unknown_parameter_or_field_is_refused(campaign, name):
+    proc = cli("result", "--results", campaign, "--columns", name, check=2)
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
+    proc = cli("result", "--results", campaign, "--where", f"{name}=1", check=2)
+    assert len(proc.stderr.strip().splitlines()) == 1
