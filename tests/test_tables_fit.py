@@ -229,3 +229,12 @@ def test_an_unknown_parameter_or_field_is_refused(campaign, name):
     assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1
     proc = cli("result", "--results", campaign, "--where", f"{name}=1", check=2)
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_unsteady_step_time_keeps_its_column_when_the_table_is_narrowed(tmp_path, monkeypatch):
+    monkeypatch.setattr(table_mod, "terminal_width", lambda: 90)
+    results = tmp_path / "r"
+    write(results, image("H100", 64, "bf16", 2500.0, spread=0.5))
+    write(results, image("A100", 64, "bf16", 1500.0, spread=0.1))
+    out = cli("result", "--results", results, check=0).stdout
+    assert "not shown, to fit 90 columns:" in out and "50.0% !" in out and "! StepSpread above 25%" in out

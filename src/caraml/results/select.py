@@ -89,6 +89,8 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
     if width:
         keep = set(table.keys) if names else {"throughput", "status"} | {c.key for c in columns if c.config and len(
             {repr(c.get(p)) for p in points}) > 1}
+        if "step_spread" in table.keys and any(_unsteady(v) for v in _column(table, "step_spread")):
+            keep.add("step_spread")  # a flag under the table needs its column
         table = fit(table, width, keep=keep, config={c.key for c in columns if c.config}, prefer=cols.HEADLINE)
     _flag(table, points)
     return table
@@ -99,8 +101,7 @@ def _flag(table: Table, points: list[Point]) -> None:
     keys = table.keys
     if "step_spread" in keys:
         j = keys.index("step_spread")
-        flagged = [i for i, row in enumerate(table.rows) if isinstance(row[j], (int, float))
-                   and row[j] > cols.STEADY_SPREAD]
+        flagged = [i for i, row in enumerate(table.rows) if _unsteady(row[j])]
         for i in flagged:
             table.marks[(i, "step_spread")] = "!"
         if flagged:
@@ -110,13 +111,21 @@ def _flag(table: Table, points: list[Point]) -> None:
     energy = [j for j, k in enumerate(keys) if k in cols.ENERGY_KEYS]
     reasons: dict[str, int] = {}
     for i, p in enumerate(points):
-        if energy and all(table.rows[i][j] is None for j in energy):
-            e = p.energy()
-            reason = e.reason or ("energy measured, but no units per Wh" if e.available else "no energy reading")
-            short = _short(reason)
+        e = p.energy()
+        if any(table.rows[i][j] is None for j in energy) and not e.available:  # else the run's status says why
+            short = _short(e.reason or "no energy reading")
             reasons[short] = reasons.get(short, 0) + 1
     for reason, n in reasons.items():
         table.notes.append(f"energy -: {reason} ({n} row{'s' if n > 1 else ''})")
+
+
+def _unsteady(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > cols.STEADY_SPREAD
+
+
+def _column(table: Table, key: str) -> list:
+    j = table.keys.index(key)
+    return [row[j] for row in table.rows]
 
 
 def _short(text: str, limit: int = 100) -> str:
