@@ -238,3 +238,8 @@ def test_an_unsteady_step_time_keeps_its_column_when_the_table_is_narrowed(tmp_p
     write(results, image("A100", 64, "bf16", 1500.0, spread=0.1))
     out = cli("result", "--results", results, check=0).stdout
     assert "not shown, to fit 90 columns:" in out and "50.0% !" in out and "! StepSpread above 25%" in out
+
+
+def test_an_unknown_where_key_says_record_fields_work(campaign):
+    proc = cli("result", "--results", campaign, "--where", "nosuch=1", check=2)
+    assert len(proc.stderr.strip().splitlines()) == 1 and "launch.world_size" in proc.stderr

@@ -49,7 +49,8 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
         by_workload.setdefault(point.workload, []).append(point)
     for key, _ in pairs:
         if not any(_knows(name, points, key) for name, points in by_workload.items()):
-            raise BadInput(f"--where: unknown key '{shown(key)}'; use a column or a parameter, e.g. one of: "
+            raise BadInput(f"--where: unknown key '{shown(key)}'; use a column, a parameter or a record field "
+                           "(launch.world_size, metrics.energy.reason), e.g. one of: "
                            + ", ".join(sorted({k for name, points in by_workload.items()
                                                for k in cols.known_keys(points, columns_of(name, points))})))
     for name, points in list(by_workload.items()):
