@@ -80,3 +80,32 @@ def test_show_a_mistyped_or_ambiguous_run_id(results):
     common = a["run_id"][:8]
     proc = cli("show", common, "--results", str(results))
     assert proc.returncode == 2 and "begins 2 run ids" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+# caraml power --------------------------------------------------------------------------------------------------
+@pytest.mark.subprocess
+def test_power_without_a_device_says_why_in_one_line_and_records_the_duration(tmp_path):
+    from conftest import caraml, cli_env
+
+    (tmp_path / "sys").mkdir()  # no RAPL zones: the CPU profile's one method finds nothing
+    out = tmp_path / "out"
+    env = cli_env(CARAML_SYSFS_ROOT=tmp_path / "sys")
+    proc = caraml("power", "--system", "CPU", "--out", out, "--", "sh", "-c", "sleep 0.3; exit 5", env=env, check=5)
+    assert "host  device" not in proc.stderr  # no empty table header
+    said = [line for line in proc.stderr.splitlines() if "no device measured" in line]
+    assert len(said) == 1 and "rapl" in said[0]
+    energy = json.loads((out / "energy.json").read_text())
+    assert energy["exit_code"] == 5 and energy["duration_s"] >= 0.3
+    assert energy["started_at"] < energy["finished_at"]
+    assert "the command ran" in proc.stderr and "exit code 5" in proc.stderr
+
+
+def test_power_never_overwrites_an_earlier_energy_json(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "energy.json").write_text('{"earlier": true}')
+    marker = tmp_path / "ran"
+    proc = cli("power", "--out", str(out), "--", "touch", str(marker))
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "already holds energy.json" in proc.stderr and "--overwrite" in proc.stderr
+    assert not marker.exists() and json.loads((out / "energy.json").read_text()) == {"earlier": True}
