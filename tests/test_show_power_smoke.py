@@ -109,3 +109,48 @@ def test_power_never_overwrites_an_earlier_energy_json(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "already holds energy.json" in proc.stderr and "--overwrite" in proc.stderr
     assert not marker.exists() and json.loads((out / "energy.json").read_text()) == {"earlier": True}
+
+
+# caraml data fno-synthetic --smoke / --grid / --particles ------------------------------------------------------
+@pytest.mark.parametrize("problem, spatial", [("PIC1D", (512,)), ("PIC2D", (512,)), ("RBC2D", (32, 16)),
+                                              ("RBC3D", (16, 16, 8))])
+def test_fno_synthetic_smoke_writes_the_smoke_presets_shapes(tmp_path, problem, spatial):
+    h5py = pytest.importorskip("h5py")
+    from caraml.workloads.fno import PRESETS
+
+    proc = cli("data", "fno-synthetic", problem, "--smoke", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(proc.stdout.strip()) as f:
+        assert f["inputs"].shape[2:] == spatial
+        assert f["inputs"].shape[0] == 10 == -(-2 * PRESETS[f"smoke-{problem}"]["batch_size"] // 0.8)
+
+
+def test_fno_synthetic_grid_and_particles_by_hand(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    grid = cli("data", "fno-synthetic", "RBC2D", "--grid", "24x8", "--samples", "3", "--out", str(tmp_path / "g"))
+    pic = cli("data", "fno-synthetic", "PIC2D", "--particles", "64", "--smoke", "--out", str(tmp_path / "p"))
+    with h5py.File(grid.stdout.strip()) as g, h5py.File(pic.stdout.strip()) as p:
+        assert g["inputs"].shape == (3, 4, 24, 8) and p["inputs"].shape[2:] == (64,)
+
+
+@pytest.mark.parametrize("args, says", [
+    (("PIC1D", "--grid", "32x16"), "has particles, not a grid"),
+    (("RBC2D", "--particles", "512"), "has no particles"),
+    (("RBC2D", "--grid", "32"), "has 1 sizes; RBC2D is 2D"),
+    (("RBC3D", "--grid", "8x0x4"), "every size must be >= 1"),
+    (("PIC1D", "--particles", "0"), "at least 1 particle"),
+])
+def test_fno_synthetic_bad_shapes_are_one_line_exit_2(tmp_path, args, says):
+    proc = cli("data", "fno-synthetic", *args, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and says in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_fno_smoke_preset_on_a_smoke_file_reads_the_smoke_shape(tmp_path):
+    pytest.importorskip("h5py")
+    cli("data", "fno-synthetic", "PIC1D", "--smoke", "--out", str(tmp_path / "data"), check=0)
+    proc = cli("run", "fno", "--preset", "smoke-PIC1D", "data=file", f"data_path={tmp_path / 'data'}", "power=off",
+               "--results", str(tmp_path / "r"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["metrics"]["input_shape"] == "[4,2,512]"  # the preset's particles, not the 100,000 of CARAML's
