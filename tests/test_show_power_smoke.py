@@ -82,6 +82,31 @@ def test_show_a_mistyped_or_ambiguous_run_id(results):
     assert proc.returncode == 2 and "begins 2 run ids" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
+# caraml sweep SUITE --show ID ---------------------------------------------------------------------------------
+def test_sweep_show_prints_one_points_parameters_and_runs_nothing(tmp_path):
+    listed = cli("sweep", "fno", "--tag", "smoke", "--dry-run", "--json", "batch_size=3", "--results", str(tmp_path))
+    point = json.loads(listed.stdout)[0]
+    for key in ("1", point["id"], point["id"][:6]):
+        proc = cli("sweep", "fno", "--tag", "smoke", "--show", key, "batch_size=3", "--results", str(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("point 1 of 1 of suite fno: ")
+        row = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  ")}
+        assert row["batch_size"].split()[1:] == ["3", "(suite)"] and row["data"].split()[1:] == ["synthetic",
+                                                                                               "(default)"]
+    view = json.loads(cli("sweep", "fno", "--tag", "smoke", "--show", "1", "--json").stdout)
+    assert view["kind"] == "point" and set(view["params"]) == {"workload", "measurement", "power"}
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sweep_show_a_bad_id_is_one_line_exit_2():
+    listed = json.loads(cli("sweep", "fno", "--tag", "smoke", "--dry-run", "--json").stdout)
+    typo = listed[0]["id"][:-1] + ("0" if listed[0]["id"][-1] != "0" else "1")
+    proc = cli("sweep", "fno", "--tag", "smoke", "--show", typo)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert f"did you mean {listed[0]['id']}?" in proc.stderr
+    assert "is no point of this sweep (1..1" in cli("sweep", "fno", "--tag", "smoke", "--show", "9").stderr
+
+
 # caraml power --------------------------------------------------------------------------------------------------
 @pytest.mark.subprocess
 def test_power_without_a_device_says_why_in_one_line_and_records_the_duration(tmp_path):

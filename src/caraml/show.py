@@ -98,6 +98,55 @@ def resolved_view(workload: str, assignments: list[str], preset_name: str | None
     return {"kind": "resolved", "workload": wl.name, "preset": preset_name, "params": groups}
 
 
+def point_view(plan, key: str) -> dict[str, Any]:
+    """One sweep point's parameters, as `caraml sweep SUITE --show ID` prints them: `key` is its number in the
+    dry run's list (1, 2, ...), its id, or a prefix of one id; each value marked `suite` (the suite or an
+    override set it), `preset` or `default`."""
+    from caraml import workloads
+    from caraml.settings import RUN_PARAMS
+
+    points = plan.points
+    if key.isdigit() and 1 <= int(key) <= len(points) and not any(p.id == key for p in points):
+        point = points[int(key) - 1]
+    else:
+        matches = [p for p in points if p.id == key] or [p for p in points if p.id.startswith(key)]
+        if len(matches) != 1:
+            what = f"begins {len(matches)} point ids; give more of one" if matches else (
+                f"is no point of this sweep (1..{len(points)} or an id); {did_you_mean(key, [p.id for p in points])}"
+                "see --dry-run")
+            raise BadInput(f"--show {shown(key)} {what}")
+        point = matches[0]
+    wl = workloads.get(point.workload)
+    preset = wl.presets.get(point.preset or "", {})
+
+    def origin(p):
+        return "suite" if p.name in point.shown else "preset" if p.name in preset else "default"
+
+    values = point.params
+    config = None
+    try:
+        config = wl.config_of({**{p.name: p.default for p in wl.params + RUN_PARAMS}, **values})
+    except BadInput:
+        pass
+    groups = {"workload": _entries(wl.params, values, origin, config)}
+    for name, declared in _groups():
+        groups[name] = _entries(declared, values, origin)
+    launch = {"system": point.system, "nodes": point.nodes, "devices_per_node": point.devices_per_node,
+              "launcher": point.launcher, "time_limit": point.time_limit}
+    return {"kind": "point", "id": point.id, "number": points.index(point) + 1, "of": len(points),
+            "suite": plan.suite.name, "workload": wl.name, "preset": point.preset, "launch": launch,
+            "params": groups}
+
+
+def show_point(plan, key: str, as_json: bool) -> int:
+    view = point_view(plan, key)
+    if as_json:
+        print(json.dumps(view, default=str))
+    else:
+        sys.stdout.write(render(view))
+    return 0
+
+
 def find_record(results: str, key: str, workload_names=()) -> dict:
     """The stored record whose run_id is `key`, else the one run_id `key` begins, else the latest run of the
     config id `key`; BadInput (one line, with the closest id) when none or several match."""
@@ -196,6 +245,11 @@ def render(view: dict) -> str:
     if view["kind"] == "resolved":
         lines.append(f"{view['workload']}" + (f" --preset {view['preset']}" if view["preset"] else "")
                      + ": the parameters a run would use (nothing was run)")
+    elif view["kind"] == "point":
+        lines.append(f"point {view['number']} of {view['of']} of suite {view['suite']}: {view['id']} "
+                     f"({view['workload']}" + (f", preset {view['preset']}" if view["preset"] else "")
+                     + "; nothing was run)")
+        lines.append("  launch: " + " ".join(f"{k}={v}" for k, v in view["launch"].items()))
     else:
         lines.append(f"run {view['run_id']} ({view['workload']}, {view['status']}) on {view['system']}, "
                      f"started {view['started_at']}")
