@@ -179,3 +179,7 @@ def test_fno_smoke_preset_on_a_smoke_file_reads_the_smoke_shape(tmp_path):
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["metrics"]["input_shape"] == "[4,2,512]"  # the preset's particles, not the 100,000 of CARAML's
+    shown_run = cli("show", record["run_id"], "--results", str(tmp_path / "r"))  # what 0 became, read back
+    row = {line.split()[0]: line for line in shown_run.stdout.splitlines() if line.startswith("  ")}
+    assert "0.0 -> 0.001" in row["lr"] and row["particles"].split()[1:] == ["512", "(preset)"]
+    assert row["data"].split()[1:] == ["file", "(set)"]

@@ -199,7 +199,12 @@ def record_view(record: dict) -> dict[str, Any]:
                 return "preset"
             return "default" if str(value) == str(p.default) else "set"
 
-        groups["workload"] = _entries(wl.params, values, origin)
+        config = None
+        try:  # what 0 and auto became, as today's code reads them
+            config = wl.config_of({**{p.name: p.default for p in wl.params + RUN_PARAMS}, **values})
+        except (BadInput, KeyError, TypeError, ValueError):
+            pass
+        groups["workload"] = _entries(wl.params, values, origin, config)
         for group, declared in _groups():
             groups[group] = _entries(declared, values, origin)
         known = {k for g in groups.values() for k in g}
