@@ -120,7 +120,7 @@ def test_power_command_passes_exit_code_and_writes_files(tmp_path):
     else:
         assert energy["available"] is False and energy["reason"].startswith("energy unavailable")
         assert "energy unavailable" in proc.stderr
-    caraml("power", "--out", out, "--", "sh", "-c", "exit 7", check=7)
+    caraml("power", "--out", out, "--overwrite", "--", "sh", "-c", "exit 7", check=7)
 
 
 def test_power_command_with_rapl_tree_measures(tmp_path):

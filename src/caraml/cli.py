@@ -136,11 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     from caraml.power.command import add_parser as add_power_parser  # power -- CMD
     from caraml.results.cli import add_parsers as add_results_parsers  # result, compare, plot, report
     from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
+    from caraml.show import add_parser as add_show_parser  # show (resolved parameters, a stored run's)
 
     add_results_parsers(sub, DEFAULT_RESULTS)
     _add_machine_parsers(sub)  # systems, env
     add_power_parser(sub)
     _add_workloads_parser(sub)
+    add_show_parser(sub, DEFAULT_RESULTS)
 
     add_campaign_parsers(sub, DEFAULT_RESULTS)
     add_row_parser(sub)

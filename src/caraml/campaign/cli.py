@@ -35,6 +35,8 @@ def _add_sweep_parser(sub, results_default: str) -> None:
     sweep.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
     sweep.add_argument("--dry-run", action="store_true", help="print the points (and write SLURM scripts); run nothing")
     sweep.add_argument("--json", action="store_true", help="with --dry-run: one JSON array of the points")
+    sweep.add_argument("--show", metavar="ID", help="print one point's resolved parameters (its number in --dry-run's "
+                       "list, its id or a prefix), marked suite/preset/default; run nothing (with --json: one object)")
     sweep.add_argument("--resume", action="store_true", help="skip points whose record is ok")
     sweep.add_argument("--continue", dest="collect", action="store_true",
                        help="collect the records of submitted SLURM jobs; report what is still queued")
@@ -105,13 +107,17 @@ def sweep_command(args) -> int:
         return get_executor("slurm").collect(args.results)
     if not args.suite:
         raise BadInput("name a suite (caraml sweep --list shows the shipped ones) or use --continue")
-    if args.json and not args.dry_run:
+    if args.json and not args.dry_run and args.show is None:
         raise BadInput("--json goes with --dry-run (a real sweep saves records; see `caraml result`)")
     executor = get_executor(args.executor)
     if args.python is not None and args.executor == "local":  # a SLURM job's interpreter lives on the nodes
         _check_python(args.python)
     plan = sweep.plan(args.suite, args.tag, args.system, parse_assignments(args.overrides),
                       need_system=executor.needs_system, max_points=args.max_points)
+    if args.show is not None:
+        from caraml.show import show_point
+
+        return show_point(plan, args.show, args.json)
     if not args.dry_run:
         return executor.run(plan, args.results, args.resume, args.python)
     notes = executor.dry_run(plan, args.results, args.python)
