@@ -91,6 +91,8 @@ def test_duration_eta_and_headline_formatting():
     assert tally.clock(took=20.0, now=130.0) == "took 20s, elapsed 30s, ETA 30s"
     tally.passed_over()  # a point running elsewhere is not run: one point left
     assert tally.eta() == 15.0
+    tally.starting(now=200.0)  # the last point, running for 5 s: 10 s to go; longer than the mean: 0 s
+    assert tally.eta(now=205.0) == 10.0 and tally.eta(now=230.0) == 0.0
     ok = {"status": "ok", "metrics": {"throughput": {"value": 1234.5, "unit": "images/s"}}}
     assert headline(ok) == "1,234.5 images/s"
     failed = {"status": "failed", "error": "RuntimeError: CUDA out of memory.\nTried to allocate 2.00 GiB (GPU 0; "

@@ -104,8 +104,9 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
                     display.line(f"caraml: {tag} is running elsewhere (an earlier sweep's point holds "
                                  f"{locks / point.id}.lock), not run again" + (f": {label}" if label else ""))
                 else:
-                    display.starting(n, point.id, label)
                     began = time.monotonic()
+                    tally.starting(began)
+                    display.starting(n, point.id, label)
                     try:
                         status, stopped, record = _run_point(point, results, python, env, logs / f"{point.id}.log",
                                                              lock)
@@ -147,24 +148,31 @@ class Tally:
     durations: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     left_over: int = 0  # points that were to run but were not (running elsewhere)
+    running_since: float | None = None  # when the point now running started
+
+    def starting(self, now: float | None = None) -> None:
+        self.running_since = time.monotonic() if now is None else now
 
     def finished_one(self, seconds: float) -> None:
         self.durations.append(seconds)
+        self.running_since = None
 
     def passed_over(self) -> None:
         self.left_over += 1
 
-    def eta(self) -> float | None:
-        """Seconds until the last point ends, from the mean duration of the points run so far; None before
-        the first one ended."""
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds until the last point ends, from the mean duration of the points run so far (the point now
+        running counted as that long, less what it has run); None before the first one ended."""
         if not self.durations:
             return None
         left = max(0, self.to_run - len(self.durations) - self.left_over)
-        return left * sum(self.durations) / len(self.durations)
+        mean = sum(self.durations) / len(self.durations)
+        ran = 0.0 if self.running_since is None else (time.monotonic() if now is None else now) - self.running_since
+        return max(0.0, left * mean - min(mean, ran))
 
     def clock(self, took: float | None = None, now: float | None = None) -> str:
-        elapsed = (time.monotonic() if now is None else now) - self.started
-        eta = self.eta()
+        now = time.monotonic() if now is None else now
+        elapsed, eta = now - self.started, self.eta(now)
         return ", ".join(([f"took {duration(took)}"] if took is not None else []) + [f"elapsed {duration(elapsed)}"]
                          + ([f"ETA {duration(eta)}"] if eta is not None else []))
 
