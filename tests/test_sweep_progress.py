@@ -121,6 +121,7 @@ def test_in_a_terminal_the_bar_keeps_its_width_and_labels_are_text(monkeypatch):
     with local._display("fno", tally) as display:
         assert isinstance(display, local._RichDisplay)
         display.starting(1, "0123456789abcdef", "[bold]k=v[/bold] " + "key=value " * 40)
+        display.bar.refresh()
         display.line("caraml: [1/3] 0123456789abcdef ok: 5.5 timesteps/s  [red]batch_size=4[/red]")
         tally.finished_one(3.0)
         tally.passed += 1
@@ -130,7 +131,9 @@ def test_in_a_terminal_the_bar_keeps_its_width_and_labels_are_text(monkeypatch):
     assert "caraml: [1/3] 0123456789abcdef ok: 5.5 timesteps/s  [red]batch_size=4[/red]" in shown  # not markup
     bars = [ln for ln in re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", shown)) if "sweep fno" in ln]
     assert bars, shown
+    running = next(ln for ln in bars if "0123456789abcdef" in ln)
+    assert "0/3" in running and "[bold]k=v[/bold]" in running and running.endswith("…") and len(running) <= 250
     bar = bars[-1]
-    assert "1/3" in bar and "ETA" in bar and "[bold]k=v[/bold]" in bar and "…" in bar, bar
+    assert "1/3" in bar and "ETA" in bar and "0123456789abcdef" not in bar, bar  # the point ended: no label
     assert len(bar) <= 250 and bar.startswith("sweep fno ━━━"), bar
     assert bar.index(" 1/3") - len("sweep fno ") >= 30, bar  # the bar (its undone part blank without colour)

@@ -261,7 +261,7 @@ class _RichDisplay(_PlainDisplay):
         self.bar.update(self.task, current=f"{point_id} {label}".strip())
 
     def advance(self) -> None:
-        self.bar.advance(self.task)
+        self.bar.update(self.task, advance=1, current="")  # the point ended: its line is above the bar
 
 
 def _fixed(width: int):
