@@ -49,9 +49,11 @@ def print_points(records: list[dict]) -> None:
     """The sweep's points as `caraml result` shows them (one table per workload), on stdout as `caraml run`
     prints its table; only this sweep's records (and the ok ones of points it skipped)."""
     from caraml.results.aggregate import group
+    from caraml.results.record import validate
     from caraml.results.select import result_tables
     from caraml.results.table import render_tables
 
+    records = [r for r in records if isinstance(r, dict) and not validate(r)]  # as `caraml result` reads them
     if records:
         sys.stdout.write(render_tables(result_tables(group(records)), "table"))
         sys.stdout.flush()
@@ -114,9 +116,10 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
                         os.close(lock)
                     counts[status] = counts.get(status, 0) + 1
                     kept.append(record)
-                    tally.finished_one(time.monotonic() - began)
+                    took = time.monotonic() - began
+                    tally.finished_one(took)
                     display.line(f"caraml: {tag} {status}: {headline(record)}" + (f"  {label}" if label else "")
-                                 + f"  ({tally.clock(time.monotonic() - began)})")
+                                 + f"  ({tally.clock(took)})")
                     if stopped:
                         raise SweepInterrupted(counts, tally.total - n)
                 tally.passed += 1
