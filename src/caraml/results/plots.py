@@ -125,7 +125,7 @@ class Lines:
 
 
 def lines_of(points: list[Point], x: Callable[[Point], float], x_name: str, never=NEVER_ALONG,
-             hidden: tuple[str, ...] = BATCH_KEYS) -> Lines:
+             hidden: tuple[str, ...] = BATCH_KEYS, line: str = "line") -> Lines:
     """Lines of points against x: a line per configuration once the settings that change with x are taken out,
     labelled by the fewest settings that tell the lines apart; the other settings that differ go to the caption
     (measurement settings never appear: Point.config leaves them out). `hidden`: settings x already says."""
@@ -149,13 +149,14 @@ def lines_of(points: list[Point], x: Callable[[Point], float], x_name: str, neve
             seen = sorted({_key(c.get(k)): c.get(k) for c in heads}.values(), key=_order)
             listed = ", ".join(_value(v) for v in seen[:6])
             return f"{k} {listed}" + (f" ... ({len(seen)} values)" if len(seen) > 6 else "")
-        out.caption.append("also differ between lines: " + "; ".join(values(k) for k in rest))
+        out.caption.append(f"also differ between {line}s: " + "; ".join(values(k) for k in rest))
     shown_along = [k for k in along if k not in hidden]
+    where = "along each line" if line == "line" else f"within each {line}"
     if shown_along:
         def span(k):
             values = sorted({c.get(k) for c in cfgs if c.get(k) is not None})
             return f"{k} {_value(values[0])}..{_value(values[-1])}"
-        out.caption.append(f"change with {x_name} along each line: " + ", ".join(span(k) for k in shown_along))
+        out.caption.append(f"change with {x_name} {where}: " + ", ".join(span(k) for k in shown_along))
     if any(len(p.ok) > 1 for p in points):
         most = max(len(p.ok) for p in points)
         out.caption.append(f"points: median of the repeats; bars: their lowest and highest (up to {most} runs)")
@@ -175,6 +176,24 @@ LEGEND_WRAP = 34  # characters of a legend label's line
 
 def _legend_columns(n: int) -> int:
     return 1 if n <= 16 else 2
+
+
+def _ticks(ax, xs) -> None:
+    """Ticks at the x values run (a few of them), written as numbers: 20, not between 2^4 and 2^5."""
+    values = sorted({x for x in xs if x})
+    if 0 < len(values) <= 10:
+        ax.set_xticks(values, [_value(v) for v in values])
+        ax.minorticks_off()
+
+
+def _thousands(*axes) -> None:
+    """Large figures with thousands separators (720,000, not 700000 beside 7e5)."""
+    from matplotlib.ticker import StrMethodFormatter
+
+    for axis in axes:
+        low, high = axis.get_view_interval()
+        if max(abs(low), abs(high)) >= 10_000:
+            axis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
 
 
 def _figure(width: float, lines: Lines, height: float = 4.6, ncols: int = 1, extra: int = 0):
@@ -229,11 +248,13 @@ def _vs_batch(workload: str, points: list[Point], metric: str):
         ax.errorbar([_gbs(p) for p in line], ys, yerr=err if any(any(e) for e in err) else None, marker="o",
                     capsize=3, label=name)
     ax.set_xscale("log", base=2)
+    _ticks(ax, [_gbs(p) for p in pts])
     ax.set_xlabel("global batch size")
     ax.set_ylabel(f"{unit}/s" if metric == "throughput" else f"{unit}/Wh")
     _title(ax, f"{_plain(workload)}: {'throughput' if metric == 'throughput' else 'energy efficiency'} "
            "vs global batch size")
     ax.grid(True, alpha=0.3)
+    _thousands(ax.xaxis, ax.yaxis)
     _finish(fig, [ax], lines)
     return fig
 
@@ -253,7 +274,8 @@ def _pareto(workload: str, points: list[Point]):
     if not pts:
         return None
     unit = _unit(pts)
-    lines = lines_of(pts, _gbs, "global batch size")
+    lines = lines_of(pts, _gbs, "global batch size", line="colour")
+    lines.caption.insert(0, "next to each point: its global batch size")
     fig, ax = _figure(10, lines, extra=1)
     for name, line in lines.series.items():
         xs, ys = [p.units_per_wh for p in line], [p.throughput for p in line]
@@ -262,6 +284,10 @@ def _pareto(workload: str, points: list[Point]):
         ax.errorbar(xs, ys, xerr=xerr if any(any(e) for e in xerr) else None,
                     yerr=yerr if any(any(e) for e in yerr) else None, marker="o", linestyle="none", capsize=2,
                     label=name)
+        for p, px, py in zip(line, xs, ys):
+            if _gbs(p):
+                ax.annotate(_value(_gbs(p)), (px, py), xytext=(4, 4), textcoords="offset points", fontsize=7,
+                            color="#555")
     pairs = [(p.units_per_wh, p.throughput) for p in pts]
     front = pareto_front(pairs)
     ax.plot([pairs[i][0] for i in front], [pairs[i][1] for i in front], color="black", linewidth=1,
@@ -270,6 +296,7 @@ def _pareto(workload: str, points: list[Point]):
     ax.set_ylabel(f"{unit}/s")
     _title(ax, f"{_plain(workload)}: throughput vs energy efficiency")
     ax.grid(True, alpha=0.3)
+    _thousands(ax.xaxis, ax.yaxis)
     _finish(fig, [ax], lines)
     return fig
 
@@ -317,6 +344,7 @@ def _scaling(workload: str, points: list[Point]):
                        marker="o", capsize=3, label=name)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
+        _ticks(ax, [p.devices for rows in rows_of.values() for p, _ in rows])
         ax.grid(True, alpha=0.3)
     left.set(xlabel="devices", ylabel=f"{unit}/s")
     _title(left, f"{_plain(workload)}: throughput (dotted: ideal)")
@@ -324,6 +352,7 @@ def _scaling(workload: str, points: list[Point]):
     _title(right, "parallel efficiency vs the smallest count", 45)
     right.axhline(100, color="grey", linestyle=":")
     right.set_ylim(bottom=0)
+    _thousands(left.yaxis)
     _finish(fig, [left], Lines(caption=lines.caption))
     return fig
 
