@@ -1,11 +1,17 @@
 """Plots of points (matplotlib, Agg backend, no display needed), one figure per workload.
 
 Kinds:
-  throughput  throughput vs global batch size, one line per system (and per other differing setting)
+  throughput  throughput vs global batch size, one line per configuration (see Lines below)
   efficiency  units per Wh vs global batch size, same lines
   pareto      throughput vs units per Wh; the Pareto front (no other point is better in both) is marked
   scaling     throughput and parallel efficiency vs device count, against each line's smallest count
   power       one run's power time series per device, its phases shaded
+
+Lines (lines_of): a line per configuration once the numeric settings that change with x (grad_accumulation in
+an LLM global-batch sweep, a learning rate scaled with the batch, nodes with devices) are taken out, in x order;
+labelled by the system and the fewest other settings that tell the lines apart. What else differs goes to a
+caption under the plot; measurement settings never appear. A point is the median of its repeats, its error bar
+their lowest and highest. The legend sits outside the axes, the layout is matplotlib's constrained layout.
 """
 
 from __future__ import annotations
