@@ -15,7 +15,7 @@ from caraml.results import plots
 from caraml.results.compare import compare
 from caraml.results.compare import tables as comparison_tables
 from caraml.results.select import Selection, result_table, select
-from caraml.results.table import html_table
+from caraml.results.table import Table, html_table
 
 COMPARE_BY = ("system", "precision", "compile_mode", "devices")
 MAX_POWER_PLOTS = 12
@@ -29,11 +29,36 @@ table.data th, table.data td { border: 1px solid #ccc; padding: 0.25em 0.5em; }
 table.data th { background: #eef2f7; }
 table.data td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.data tbody tr:nth-child(even) { background: #fafafa; }
+div.wide { overflow-x: auto; max-width: 100%; margin: 0.8em 0 1.2em; }
+div.wide table.data { margin: 0; }
+table.data th:first-child, table.data td:first-child { position: sticky; left: 0; z-index: 1; background: #fff;
+  box-shadow: 1px 0 0 #ccc; }
+table.data th:first-child { background: #eef2f7; }
+table.data tbody tr:nth-child(even) td:first-child { background: #fafafa; }
 figure { display: inline-block; margin: 0.5em 1em 0.5em 0; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 .note { color: #8a5a00; } .meta { color: #555; }
 """
+
+
+HEADLINE = ("throughput", "units_per_wh", "speedup", "energy_ratio", "efficiency")
+
+
+def _headline_first(table: Table) -> Table:
+    """The table with its headline columns (throughput, units per Wh, a comparison's ratios) right after the first
+    column: in a wide table they are on screen without scrolling."""
+    head = [i for i, k in enumerate(table.keys) if i and k.rpartition(":")[2] in HEADLINE]
+    order = [0] + head + [i for i in range(1, len(table.keys)) if i not in head] if table.keys else []
+    pick = (lambda xs: [xs[i] for i in order])
+    return Table(title=table.title, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
+                 rows=[pick(r) for r in table.rows], extras=table.extras)
+
+
+def _table(table: Table) -> str:
+    """A table in a box of its own that scrolls sideways when the table is wider than the page; its first
+    column stays in view."""
+    return f'<div class="wide">{html_table(_headline_first(table))}</div>'
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -43,7 +68,7 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _section_workload(workload: str, points) -> list[str]:
-    parts = [f'<h2 id="{escape(workload)}">{escape(workload)}</h2>', html_table(result_table(workload, points))]
+    parts = [f'<h2 id="{escape(workload)}">{escape(workload)}</h2>', _table(result_table(workload, points))]
     notes: list[str] = []
     for by in COMPARE_BY:
         try:
@@ -52,7 +77,7 @@ def _section_workload(workload: str, points) -> list[str]:
             continue  # one group only, or the field does not exist: nothing to compare
         if cmp.rows:  # a comparison without a single shared configuration says nothing here
             parts.append(f"<h3>Compared by {escape(by)}</h3>")
-            parts += [html_table(t) for t in comparison_tables(cmp)]
+            parts += [_table(t) for t in comparison_tables(cmp)]
     for kind in ("throughput", "efficiency", "pareto", "scaling"):
         try:
             for stem, fig in plots.figures(kind, {workload: points}):
