@@ -181,8 +181,8 @@ def test_only_rank_0_exits_non_zero_for_a_status_all_ranks_agree_on(monkeypatch,
     from caraml import cli as cli_mod
 
     monkeypatch.setattr(caraml.runner, "execute", lambda spec: {"status": status, "path": None})
-    args = types.SimpleNamespace(workload="llm_training", params=[], preset="smoke", system=None, results="r",
-                                 json=True)
+    args = types.SimpleNamespace(workload="llm_training", params=[], preset="smoke", system=None, force_system=False,
+                                 results="r", json=True)
     for main, want in ((True, rank_0), (False, other_rank)):
         monkeypatch.setattr(caraml.distributed, "launch_env", lambda main=main: types.SimpleNamespace(is_main=main))
         assert cli_mod._run(args) == want, (status, main)
