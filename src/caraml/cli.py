@@ -54,7 +54,7 @@ def _run(args) -> int:
     try:  # what only the arguments and the world size decide: every rank finds the same fault (see _quiet_rank)
         spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
                        system=args.system, results=args.results, force_system=args.force_system,
-                       quiet=args.quiet, log_format=args.log_format)
+                       quiet=getattr(args, "quiet", False), log_format=getattr(args, "log_format", "text"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world > 1:
             run = resolve(spec)

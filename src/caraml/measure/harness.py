@@ -171,7 +171,7 @@ def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor, log: L
         # collectively with several (the same count on every rank, as the contract asks).
         count = next(calls)
         if log.due(last[0], now := time.perf_counter()):
-            log.say(f"{phase}: {count - 1} steps, {fmt_seconds(now - log_start)} so far")
+            log.progress(f"{phase}: {count - 1} steps, {fmt_seconds(now - log_start)} so far")
             last[0] = now
         return _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY, count=count)
 

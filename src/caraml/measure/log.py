@@ -114,7 +114,7 @@ class LiveLog:
             self._end_live()
             print(f"caraml: {message}", file=self.stream, flush=True)
 
-    def _progress(self, message: str) -> None:
+    def progress(self, message: str) -> None:
         """An interval line: rewritten in place on a terminal (rich's live display), a plain line elsewhere."""
         if not (self.is_main and self.fmt == "text" and not self.quiet):
             return
@@ -125,7 +125,8 @@ class LiveLog:
                 from rich.text import Text
 
                 if self._live is None:
-                    self._live = Live(console=Console(file=self.stream), auto_refresh=False, transient=False)
+                    self._live = Live(console=Console(file=self.stream), auto_refresh=False, transient=False,
+                                      redirect_stdout=False, redirect_stderr=False)
                     self._live.start()
                 self._live.update(Text(f"caraml: {message}"), refresh=True)
                 return
@@ -206,7 +207,7 @@ class LiveLog:
             fields["memory"] = where
             text.append(f"mem {fmt_bytes(mem)}" + (" (host)" if where == "host" else ""))
         self._event("throughput", value=_num(value, 2), **fields)
-        self._progress("  ".join(text))
+        self.progress("  ".join(text))
 
     def close(self) -> None:
         self._end_live()
