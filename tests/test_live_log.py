@@ -165,3 +165,55 @@ def test_a_long_first_warmup_step_is_said_apart(monkeypatch, compiled, why):
     line = next(la for la in text.splitlines() if la.startswith("caraml: warm-up step 1/4"))
     # 4 things in 30 s; 1 GFLOP each: 0.13 GFLOP/s of a 1 TFLOP/s peak
     assert "step 30.0 s" in line and "0.1 things/s" in line and "MFU 0.0%" in line, line
+
+
+class _Watched:
+    """A stderr that tells when a line with `text` came."""
+
+    def __init__(self, text: str):
+        import io
+        import threading
+
+        self.text, self.seen, self.buf = text, threading.Event(), io.StringIO()
+
+    def write(self, s: str) -> int:
+        self.buf.write(s)
+        if self.text in self.buf.getvalue():
+            self.seen.set()
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+class _CompilingFirstStep:
+    """Its first step lasts until the log has said that the step still runs (as a long compilation would)."""
+
+    def __init__(self, said):
+        from caraml.contract import BenchInfo
+
+        self.said, self.n = said, 0
+        self.info = BenchInfo(units_per_step=1, unit="things", flops_per_unit=None, flops_convention="x",
+                              precision="fp32", compiled=True)
+
+    def step(self):
+        self.n += 1
+        if self.n == 1:
+            assert self.said.wait(120), "no heartbeat during the first step"  # bounds a hang only
+
+
+def test_a_long_first_step_is_said_while_it_runs():
+    import torch
+
+    from caraml.distributed import DistContext
+    from caraml.measure import harness
+    from caraml.measure.log import LiveLog
+    from caraml.measure.stops import StopRequested
+    from caraml.settings import MeasureSettings
+
+    out = _Watched("caraml: warm-up step 1/2 (compilation, autotuning): still running after ")
+    log = LiveLog(stream=out, interval_s=0.01)
+    with StopRequested() as stop:
+        harness.run_steps(_CompilingFirstStep(out.seen), MeasureSettings(warmup_steps=2, measure_steps=1),
+                          torch.device("cpu"), DistContext(), harness.Measurement(), stop, log=log)
+    assert "caraml: measuring: done in " in out.buf.getvalue()

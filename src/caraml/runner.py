@@ -214,7 +214,8 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
             monitor.start()
         if stop.signal is None:
             log.phase_start("build", f"build: {setup.run.workload.name} (model, data, optimizer)")
-            bench = setup.run.workload.build(setup.run.config, setup.context())
+            with log.waiting("build"):
+                bench = setup.run.workload.build(setup.run.config, setup.context())
             info = bench.info
             log.phase_end("build", f"of which compiling {fmt_seconds(info.compile_setup_s)}"
                           if info.compile_setup_s else "")

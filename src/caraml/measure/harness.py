@@ -7,6 +7,7 @@ stops cleanly at a stop signal (measure/stops.py), keeping what it measured.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import statistics
@@ -87,8 +88,9 @@ def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop:
     logged = 0
     for i in range(total):
         t0 = time.perf_counter()
-        bench.step()
-        sync()
+        with log.waiting(f"warm-up step 1/{total} (compilation, autotuning)") if i == 0 else _nothing():
+            bench.step()
+            sync()
         now = time.perf_counter()
         m.warmup_times.append(now - t0)
         if i == 0 and total > 1 and log.due(t0, now):  # a first step this long is compilation, autotuning
@@ -109,6 +111,9 @@ def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop:
         f" ({why}; then {fmt_seconds(typical)}/step)" if long_first else ""),
         steps=total, first_step_s=round(first, 6), typical_step_s=round(typical, 6) if typical else None)
     return True
+
+
+_nothing = contextlib.nullcontext
 
 
 def _compiled(bench) -> bool:

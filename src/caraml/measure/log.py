@@ -15,14 +15,17 @@ harness synchronises after every step, so the host clock is exact.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 
 FORMATS = ("text", "json")
 DEFAULT_INTERVAL_S = 5.0
+HEARTBEAT_MAX_S = 60.0  # a long wait is said after 1, 3, 7, ... intervals, then at most this far apart
 LONG_FIRST_STEP = 3.0  # a first warm-up step this many times the typical one (and > 1 s) is announced apart
 
 
@@ -208,6 +211,30 @@ class LiveLog:
             text.append(f"mem {fmt_bytes(mem)}" + (" (host)" if where == "host" else ""))
         self._event("throughput", value=_num(value, 2), **fields)
         self.progress("  ".join(text))
+
+    @contextlib.contextmanager
+    def waiting(self, what: str):
+        """While the block runs (a first step that compiles, a long build), say that it still runs: after one
+        interval, then at doubling gaps up to HEARTBEAT_MAX_S. From a thread: the block itself prints nothing."""
+        if self.interval_s <= 0 or not self.is_main or self.quiet or self.fmt != "text":
+            yield
+            return
+        done = threading.Event()
+        start = time.monotonic()
+
+        def beat():
+            gap = self.interval_s
+            while not done.wait(gap):
+                self.say(f"{what}: still running after {fmt_seconds(time.monotonic() - start)}")
+                gap = min(2 * gap, max(HEARTBEAT_MAX_S, self.interval_s))
+
+        thread = threading.Thread(target=beat, name="caraml-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def close(self) -> None:
         self._end_live()
