@@ -217,3 +217,25 @@ def test_a_long_first_step_is_said_while_it_runs():
         harness.run_steps(_CompilingFirstStep(out.seen), MeasureSettings(warmup_steps=2, measure_steps=1),
                           torch.device("cpu"), DistContext(), harness.Measurement(), stop, log=log)
     assert "caraml: measuring: done in " in out.buf.getvalue()
+
+
+def test_bad_input_found_while_building_still_ends_the_events_file(tmp_path):
+    from caraml import workloads
+    from caraml.errors import BadInput
+    from caraml.params import Param
+    from caraml.workloads import Workload, register
+
+    def refuse(params, ctx):
+        raise BadInput("fake_refusing: no such data")
+
+    register(Workload(name="fake_refusing", unit="things", params=[Param("batch", int, 3, minimum=1)], presets={},
+                      build=refuse, columns=("system", "throughput")))
+    try:
+        proc = cli("run", "fake_refusing", "power=off", "device=cpu", "--system", "CPU", "--results", tmp_path,
+                   check=2)
+    finally:
+        workloads._REGISTERED.pop("fake_refusing")
+    assert proc.stderr.strip().splitlines()[-1] == "caraml: error: fake_refusing: no such data"
+    (events,) = (tmp_path / "runs").glob("*.events.jsonl")
+    last = json.loads(events.read_text().splitlines()[-1])
+    assert (last["key"], last["value"]) == ("run_stop", "error")

@@ -236,7 +236,10 @@ class LiveLog:
             done.set()
             thread.join()
 
-    def close(self) -> None:
+    def close(self, status: str = "error") -> None:
+        """Ends the log; a run that ended without run_stop (bad input found while building) gets one."""
+        if self._events is not None:
+            self.run_stop(status)
         self._end_live()
         if self._events is not None:
             self._events.close()
