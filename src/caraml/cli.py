@@ -53,7 +53,8 @@ def _run(args) -> int:
 
     try:  # what only the arguments and the world size decide: every rank finds the same fault (see _quiet_rank)
         spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
-                       system=args.system, results=args.results, force_system=args.force_system)
+                       system=args.system, results=args.results, force_system=args.force_system,
+                       quiet=getattr(args, "quiet", False), log_format=getattr(args, "log_format", "text"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world > 1:
             run = resolve(spec)
@@ -161,6 +162,11 @@ def _add_run_parser(sub) -> None:
                      help="record the run as --system even where the device contradicts it (said in the record)")
     run.add_argument("--results", default=DEFAULT_RESULTS, help="results directory (default: %(default)s)")
     run.add_argument("--json", action="store_true", help="print exactly one JSON record on stdout")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="no live log on stderr: only errors and the final summary")
+    run.add_argument("--log-format", choices=("text", "json"), default="text",
+                     help="the live log on stderr: text lines, or MLPerf-style JSON events one per line "
+                          "(always written to runs/RUN_ID.events.jsonl as well)")
     run.set_defaults(func=_run)
 
 

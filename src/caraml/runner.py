@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,9 +13,10 @@ from caraml import distributed, systems, workloads
 from caraml import params as params_mod
 from caraml.contract import RunContext
 from caraml.errors import BadInput
-from caraml.measure.harness import Measurement, memory, metrics, run_steps, say
+from caraml.measure.harness import Measurement, memory, metrics, run_steps
+from caraml.measure.log import LiveLog, fmt_seconds
 from caraml.measure.stops import StopRequested
-from caraml.paths import ensure_writable_dir
+from caraml.paths import ensure_writable_dir, safe_name
 from caraml.results import record as rec
 from caraml.results.store import Store
 from caraml.settings import RUN_PARAMS, MeasureSettings, PowerSettings
@@ -28,6 +30,8 @@ class RunSpec:
     system: str | None = None  # tag; None: detect
     results: str = "caraml-results"
     force_system: bool = False  # take `system` at its word even where the device contradicts it
+    quiet: bool = False  # the live log says nothing (errors and the final summary only)
+    log_format: str = "text"  # text lines, or MLPerf-style JSON events, on stderr (caraml.measure.log)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ def execute(spec: RunSpec, monitor_factory=None) -> dict:
 
 
 def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
+    started = time.perf_counter()
     setup = _set_up(spec)
     dist, run = setup.dist, setup.run
     store = Store(spec.results)
@@ -137,25 +142,47 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
         ensure_writable_dir(store.runs)
     distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
-    say(f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
-        f"process{'es' if dist.world_size > 1 else ''}): "
-        + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline), dist)
+    log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval)
+    log.t0 = started
+    log.run_start(store.runs / f"{safe_name(record.run_id)}.events.jsonl" if dist.is_main else None,
+                  f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
+                  f"process{'es' if dist.world_size > 1 else ''}): "
+                  + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline),
+                  run_id=record.run_id, workload=run.workload.name, system=setup.tag, device=str(setup.device),
+                  world_size=dist.world_size, params=run.values)
+    log.phase_start("setup", since=started)  # the setup began with the spec, before the process group
+    log.phase_end("setup")
+    try:
+        return _finish_run(spec, setup, store, record, stop, monitor_factory, log)
+    finally:
+        log.close()
+
+
+def _finish_run(spec: RunSpec, setup: _Setup, store: Store, record, stop: StopRequested, monitor_factory,
+                log: LiveLog) -> dict:
+    dist, run = setup.dist, setup.run
 
     if monitor_factory is None:
         from caraml.power.run_monitor import monitor_for_run as monitor_factory  # power=auto|off|methods decides
     monitor = monitor_factory(run.power, setup.profile, record.run_id, setup.tag, store.runs)
     m = Measurement()
-    bench = _measure(setup, record, m, stop, monitor)
+    bench = _measure(setup, record, m, stop, monitor, log)
     # After a stop all ranks agreed on, collectives are still safe; after a failure they are not.
     collective = record.status == "ok" or (record.status == "interrupted" and m.agreed)
     if bench is not None:
         _bench_metrics(setup, bench, record, m, collective)
     if monitor:  # energy needs the units of the measured window
-        record.metrics["energy"] = monitor.finish(record.metrics, dist, gather=collective)
+        log.phase_start("energy")
+        record.metrics["energy"] = energy = monitor.finish(record.metrics, dist, gather=collective)
+        log.phase_end("energy", f"{energy['total_wh']:.4g} Wh" if energy.get("total_wh") is not None
+                      else str(energy.get("reason") or "unavailable"), total_wh=energy.get("total_wh"))
     record.metrics.setdefault("energy", {"total_wh": None, "available": False,
                                          "reason": "no power monitor was attached to this run (power=off)"})
     record.finished_at = rec.now()
     out = _save(record, store, dist)
+    tp = record.metrics.get("throughput") or {}
+    log.run_stop(record.status, throughput=tp.get("value"), unit=tp.get("unit"), error=record.error,
+                 record=out.get("path"))
     if collective:
         distributed.shutdown(dist)
     return out
@@ -178,7 +205,7 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
     return record
 
 
-def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopRequested, monitor):
+def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopRequested, monitor, log: LiveLog):
     """Build the benchmark and run its steps under the harness; the record's status says how it ended.
     Returns the Bench (None when it was never built)."""
     bench = None
@@ -186,8 +213,15 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
         if monitor:
             monitor.start()
         if stop.signal is None:
-            bench = setup.run.workload.build(setup.run.config, setup.context())
-            run_steps(bench, setup.run.measure, setup.device, setup.dist, m, stop, monitor)
+            log.phase_start("build", f"build: {setup.run.workload.name} (model, data, optimizer)")
+            with log.waiting("build"):
+                bench = setup.run.workload.build(setup.run.config, setup.context())
+            info = bench.info
+            log.phase_end("build", f"of which compiling {fmt_seconds(info.compile_setup_s)}"
+                          if info.compile_setup_s else "")
+            log.set_bench(info, setup.dims.dp, setup.dist.world_size,
+                          systems.peak_tflops(setup.profile, info.precision))
+            run_steps(bench, setup.run.measure, setup.device, setup.dist, m, stop, monitor, log)
         _stopped(record, m, stop)
     except BadInput:
         raise

@@ -27,6 +27,8 @@ MEASURE_PARAMS = [
     Param("seed", int, 0, "random seed for weights and synthetic data", minimum=0, identifies=False),
     # A cpu run and a cuda run are different configurations: device identifies.
     Param("device", str, "auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu")),
+    Param("log_interval", float, 5.0, "seconds between the live log's step lines on stderr (0: none)", minimum=0.0,
+          identifies=False),
 ]
 
 # Every parameter a run has besides its workload's, in the order `caraml workloads` lists them.
@@ -47,6 +49,8 @@ class MeasureSettings:
     """steps in the measured window (unless measure_seconds > 0)"""
     measure_seconds: float = 0.0
     """if > 0, measure for about this long: the step count is fixed from the slowest rank's warm-up step"""
+    log_interval: float = 5.0
+    """seconds between the live log's step lines (0: none; phases are announced still)"""
     seed: int = 0
     """random seed for weights and synthetic data"""
     device: str = "auto"

@@ -7,6 +7,7 @@ stops cleanly at a stop signal (measure/stops.py), keeping what it measured.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import statistics
@@ -14,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from caraml.measure.log import LONG_FIRST_STEP, LiveLog, fmt_seconds
 from caraml.measure.stops import StopRequested
 from caraml.measure.timing import StepClock, summarize
 from caraml.settings import MeasureSettings
@@ -42,18 +44,24 @@ def say(message: str, dist) -> None:
 
 
 def run_steps(bench, settings: MeasureSettings, device, dist, m: Measurement, stop: StopRequested,
-              monitor=None) -> None:
-    """Warm up, then measure; fills `m` as it goes so an interruption keeps what was measured."""
+              monitor=None, log: LiveLog | None = None) -> None:
+    """Warm up, then measure; fills `m` as it goes so an interruption keeps what was measured. `log` announces
+    each phase and, every `settings.log_interval` seconds, the steps' rates (caraml.measure.log)."""
+    if log is None:
+        log = LiveLog(dist.is_main, interval_s=settings.log_interval)
+        if getattr(bench, "info", None) is not None:
+            log.set_bench(bench.info, 1, dist.world_size)
+    log.device = device
     sync = (lambda: __import__("torch").cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     # Everything built so far lives for the whole run: keep it out of the garbage collector's full scans, which
     # otherwise grow with the size of the imported libraries and stall launch-bound steps (timeit's reasoning).
     gc.collect()
     gc.freeze()
     try:
-        if not _warm_up(bench, settings, sync, dist, m, stop, monitor):
+        if not _warm_up(bench, settings, sync, dist, m, stop, monitor, log):
             return  # stopped before the window: the power phases end where the run did
-        _measure(bench, _window_steps(settings, dist, m), device, sync, dist, m, stop, monitor)
-        _run_extra(bench, dist, m, stop, monitor)
+        _measure(bench, _window_steps(settings, dist, m), device, sync, dist, m, stop, monitor, log)
+        _run_extra(bench, dist, m, stop, monitor, log)
     finally:
         gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
     if m.stop_signal is None:  # a stopped run says in which phase it stopped
@@ -68,22 +76,48 @@ def _enter(phase: str, m: Measurement, monitor) -> None:
         monitor.mark(phase)
 
 
-def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop: StopRequested, monitor) -> bool:
-    """The warm-up steps, each timed on its own; False when a stop came."""
+def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop: StopRequested, monitor,
+             log: LiveLog) -> bool:
+    """The warm-up steps, each timed on its own (a synchronisation after each); False when a stop came."""
     _enter("warmup", m, monitor)
-    say(f"warm-up: {settings.warmup_steps} steps", dist)
+    total = settings.warmup_steps
+    log.phase_start("warm-up", f"warm-up: {total} steps", steps=total)
     if _stop_agreed(stop, dist, m, every=1):  # a stop that came while the benchmark was being built
         return False
-    start = time.perf_counter()
-    for _ in range(settings.warmup_steps):
+    start = last = time.perf_counter()
+    logged = 0
+    for i in range(total):
         t0 = time.perf_counter()
-        bench.step()
-        sync()
-        m.warmup_times.append(time.perf_counter() - t0)
+        with log.waiting(f"warm-up step 1/{total} (compilation, autotuning)") if i == 0 else _nothing():
+            bench.step()
+            sync()
+        now = time.perf_counter()
+        m.warmup_times.append(now - t0)
+        if i == 0 and total > 1 and log.due(t0, now):  # a first step this long is compilation, autotuning
+            log.say(f"warm-up: first step took {fmt_seconds(now - t0)} ("
+                    + ("compilation, " if _compiled(bench) else "") + "autotuning, caches)")
+        if log.due(last, now) and i + 1 > logged:
+            log.throughput("warm-up", i + 1, total, i + 1 - logged, sum(m.warmup_times[logged:]), clock="host")
+            last, logged = now, i + 1
         if _stop_agreed(stop, dist, m, every=1):
+            log.phase_end("warm-up", f"stopped after {len(m.warmup_times)} steps", stopped=True)
             return False
     m.warmup_s = time.perf_counter() - start
+    first, rest = m.warmup_times[0], m.warmup_times[1:]
+    typical = statistics.median(rest) if rest else None
+    long_first = typical is not None and first > 1.0 and first > LONG_FIRST_STEP * typical
+    why = "compilation" if _compiled(bench) else "first-step setup"
+    log.phase_end("warm-up", f"first step {fmt_seconds(first)}" + (
+        f" ({why}; then {fmt_seconds(typical)}/step)" if long_first else ""),
+        steps=total, first_step_s=round(first, 6), typical_step_s=round(typical, 6) if typical else None)
     return True
+
+
+_nothing = contextlib.nullcontext
+
+
+def _compiled(bench) -> bool:
+    return bool(getattr(getattr(bench, "info", None), "compiled", False))
 
 
 def _window_steps(settings: MeasureSettings, dist, m: Measurement) -> int:
@@ -95,25 +129,37 @@ def _window_steps(settings: MeasureSettings, dist, m: Measurement) -> int:
     return max(1, int(settings.measure_seconds / max(dist.all_reduce(typical, "max"), 1e-9)))
 
 
-def _measure(bench, steps: int, device, sync, dist, m: Measurement, stop: StopRequested, monitor) -> None:
-    """The measured window: `steps` steps between two device synchronisations."""
+def _measure(bench, steps: int, device, sync, dist, m: Measurement, stop: StopRequested, monitor,
+             log: LiveLog) -> None:
+    """The measured window: `steps` steps between two device synchronisations. Its interval lines read only
+    steps that have completed (StepClock.completed: no synchronisation inside the window)."""
     dist.barrier()
     _enter("measure", m, monitor)
     if hasattr(bench, "begin_measure"):  # the workload learns which steps are measured (its own per-step figures)
         bench.begin_measure()
-    say(f"measuring: {steps} steps", dist)
+    log.phase_start("measuring", f"measuring: {steps} steps", steps=steps)
     clock = StepClock(device.type, sync)
     clock.start()
+    last = time.perf_counter()
+    done = done_s = 0
     for _ in range(steps):
         bench.step()
         clock.tick()
         m.steps += 1
+        if log.interval_s > 0 and log.due(last, now := time.perf_counter()):
+            n, t = clock.completed()
+            if n > done:
+                log.throughput("measuring", n, steps, n - done, t - done_s,
+                               clock="device events" if device.type == "cuda" else "host")
+                done, done_s, last = n, t, now
         if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
             break
     m.wall_s, m.step_times = clock.stop()
+    log.phase_end("measuring", f"{m.steps} steps, {fmt_seconds(m.wall_s / m.steps) if m.steps else '-'}/step",
+                  steps=m.steps, window_s=round(m.wall_s, 6))
 
 
-def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor) -> None:
+def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor, log: LiveLog) -> None:
     """A workload's own measurement after the steady-state window (a Bench with `extra_phase`, e.g. CARAML's
     epochs): a phase of its own for the power monitor, with the same collective stop checks."""
     phase = getattr(bench, "extra_phase", None)
@@ -121,11 +167,22 @@ def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor) -> Non
         return
     dist.barrier()
     _enter(phase, m, monitor)
-    say(f"{phase}: the workload's own measurement", dist)
+    log.phase_start(phase, f"{phase}: the workload's own measurement")
     calls = itertools.count(1)
-    # Called once per step of the workload's own loop: every call on one process, every STOP_CHECK_EVERY-th
-    # collectively with several (the same count on every rank, as the contract asks).
-    bench.run_extra(lambda: _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY, count=next(calls)))
+    last = [time.perf_counter()]
+
+    def should_stop() -> bool:
+        # Called once per step of the workload's own loop: every call on one process, every STOP_CHECK_EVERY-th
+        # collectively with several (the same count on every rank, as the contract asks).
+        count = next(calls)
+        if log.due(last[0], now := time.perf_counter()):
+            log.progress(f"{phase}: {count - 1} steps, {fmt_seconds(now - log_start)} so far")
+            last[0] = now
+        return _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY, count=count)
+
+    log_start = time.perf_counter()
+    bench.run_extra(should_stop)
+    log.phase_end(phase, f"{next(calls) - 1} steps")
 
 
 def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int, count: int | None = None) -> bool:

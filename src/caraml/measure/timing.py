@@ -45,6 +45,7 @@ class StepClock:
         self._events: list = []
         self._host: list[float] = []
         self._last = 0.0
+        self._done = 0  # CUDA: the steps known to have completed (events complete in the order recorded)
         self.wall_start = 0.0
 
     def start(self) -> None:
@@ -71,6 +72,22 @@ class StepClock:
             now = time.perf_counter()
             self._host.append(now - self._last)
             self._last = now
+
+    def completed(self) -> tuple[int, float]:
+        """The steps completed so far and their time (s), without synchronising: on CUDA from the step events
+        that have completed (a non-blocking query each, a binary search over the new ones), else the host's."""
+        if not self._cuda:
+            return len(self._host), sum(self._host)
+        ev = self._events
+        lo, hi = self._done, len(ev) - 1  # ev[0] marks the start; ev[i] the end of step i
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ev[mid].query():
+                lo = mid
+            else:
+                hi = mid - 1
+        self._done = lo
+        return lo, (ev[0].elapsed_time(ev[lo]) / 1e3 if lo else 0.0)
 
     def stop(self) -> tuple[float, list[float]]:
         """Wall time of the window (s) and each step's duration (s)."""

@@ -1,0 +1,241 @@
+"""The live log (issue 22, item 2): each phase announced with its elapsed time, one line per logging interval with
+step n/N, step time, units/s, TFLOP/s and memory; `-q` quiet; `--log-format json` MLPerf-style events on stderr
+and in runs/<run_id>.events.jsonl."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+TINY_IC = ("run", "image_classification", "--preset", "smoke", "power=off", "data=synthetic-device", "batch_size=2",
+           "image_size=32", "num_classes=10", "warmup_steps=2", "measure_steps=3")
+EVERY_STEP = "log_interval=0.000001"  # an interval shorter than any step: a line after every step
+
+
+def _lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_every_phase_is_announced_with_its_elapsed_time_and_every_interval_has_a_line(tmp_path):
+    proc = cli(*TINY_IC, EVERY_STEP, "--results", tmp_path, "--json", check=0)
+    err = proc.stderr
+    for phase in ("setup", "build", "warm-up", "measuring"):
+        assert f"caraml: {phase}: done in " in err, err
+    assert "caraml: warm-up step 2/2  step " in err and "caraml: measuring step 3/3  step " in err, err
+    line = next(la for la in _lines(err) if la.startswith("caraml: measuring step 1/3"))
+    assert "images/s" in line and "TFLOP/s" in line and "mem " in line, line
+    assert "MFU" not in line  # the CPU profile has no peak: no MFU made up
+    record = json.loads(proc.stdout)  # --json: still exactly one record on stdout
+    assert record["status"] == "ok"
+
+
+def test_log_interval_zero_keeps_the_phases_and_drops_the_step_lines(tmp_path):
+    err = cli(*TINY_IC, "log_interval=0", "--results", tmp_path, check=0).stderr
+    assert "caraml: measuring: done in " in err and " step 1/" not in err, err
+
+
+def test_a_workloads_own_phase_is_announced_with_its_progress(tmp_path):
+    err = cli("run", "fno", "--preset", "smoke-RBC2D", "power=off", "measure_steps=2", "epochs=1", EVERY_STEP,
+              "--results", tmp_path, check=0).stderr
+    assert "caraml: caraml-epochs: the workload's own measurement" in err, err
+    assert "steps, " in err and " so far" in err, err
+    assert "caraml: caraml-epochs: done in " in err, err
+
+
+def test_quiet_says_only_the_summary(tmp_path):
+    proc = cli(*TINY_IC, EVERY_STEP, "-q", "--results", tmp_path, check=0)
+    (path,) = (tmp_path / "runs").glob("*.json")
+    assert _lines(proc.stderr) == [f"caraml: record saved to {path}"], proc.stderr
+    assert "image_classification" in proc.stdout  # the summary table
+
+
+def test_quiet_still_says_errors(tmp_path):
+    proc = cli(*TINY_IC, "batch_size=0", "-q", "--results", tmp_path, check=2)
+    assert len(_lines(proc.stderr)) == 1 and "batch_size" in proc.stderr
+
+
+def test_json_log_format_writes_mlperf_style_events_on_stderr_and_beside_the_record(tmp_path):
+    proc = cli(*TINY_IC, EVERY_STEP, "--log-format", "json", "--json", "--results", tmp_path, check=0)
+    record = json.loads(proc.stdout)  # stdout: the one record
+    events = [json.loads(line) for line in _lines(proc.stderr)]  # stderr: nothing but events
+    keys = [e["key"] for e in events]
+    assert keys[0] == "run_start" and keys[-1] == "run_stop", keys
+    assert {"phase_start", "phase_end", "throughput"} <= set(keys)
+    assert events[0]["metadata"]["run_id"] == record["run_id"] and events[-1]["value"] == "ok"
+    ended = {e["value"]: e["metadata"]["elapsed_s"] for e in events if e["key"] == "phase_end"}
+    assert {"setup", "build", "warm-up", "measuring"} <= set(ended) and all(s >= 0 for s in ended.values())
+    measured = [e for e in events if e["key"] == "throughput" and e["metadata"]["phase"] == "measuring"]
+    assert [e["metadata"]["step"] for e in measured] == [1, 2, 3]
+    assert all(e["value"] > 0 and e["metadata"]["images_per_s"] == e["value"] for e in measured)
+    assert all(e["event_type"] in ("POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END") for e in events)
+    assert all(e["time_ms"] <= f["time_ms"] for e, f in zip(events[1:], events[2:]))  # in time order
+    beside = Path(record["path"]).with_suffix(".events.jsonl")
+    assert [json.loads(line)["key"] for line in beside.read_text().splitlines()] == keys
+
+
+def test_text_runs_write_the_events_file_too(tmp_path):
+    record = json.loads(cli(*TINY_IC, "--json", "--results", tmp_path, check=0).stdout)
+    events = Path(record["path"]).with_suffix(".events.jsonl").read_text().splitlines()
+    assert json.loads(events[0])["key"] == "run_start" and json.loads(events[-1])["key"] == "run_stop"
+
+
+def test_log_format_is_checked():
+    proc = cli(*TINY_IC, "--log-format", "xml", check=2)
+    assert len(_lines(proc.stderr)) == 1 and "invalid choice: 'xml'" in proc.stderr
+
+
+# the harness's timings, without device synchronisation ------------------------------------------------------------
+class _Event:
+    def __init__(self, t: float, done: bool):
+        self.t, self.done, self.queried = t, done, 0
+
+    def query(self) -> bool:
+        self.queried += 1
+        return self.done
+
+    def elapsed_time(self, other) -> float:  # ms, as torch.cuda.Event's; both must have completed
+        assert self.done and other.done, "elapsed_time on an event that has not completed would synchronise"
+        return (other.t - self.t) * 1e3
+
+
+def test_interval_time_on_cuda_comes_from_completed_events_only():
+    from caraml.measure.timing import StepClock
+
+    clock = StepClock("cpu", lambda: None)
+    clock._cuda = True
+    clock._events = [_Event(0.0, True)] + [_Event(0.5 * i, i <= 6) for i in range(1, 11)]  # 6 of 10 completed
+    assert clock.completed() == (6, 3.0)
+    for e in clock._events:
+        e.queried = 0
+    for e in clock._events[7:9]:
+        e.done = True
+    assert clock.completed() == (8, 4.0)
+    assert sum(e.queried for e in clock._events[:7]) == 0  # the search starts after what was already seen
+    assert sum(e.queried for e in clock._events) <= 4  # a binary search, not a query per step
+
+
+class _Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _SlowFirstStep:
+    def __init__(self, clock: _Clock, compiled: bool):
+        from caraml.contract import BenchInfo
+
+        self.clock, self.n = clock, 0
+        self.info = BenchInfo(units_per_step=4, unit="things", flops_per_unit=1e9, flops_convention="x",
+                              precision="fp32", compiled=compiled)
+
+    def step(self):
+        self.n += 1
+        self.clock.now += 30.0 if self.n == 1 else 0.1
+
+
+@pytest.mark.parametrize("compiled, why", [(True, "compilation"), (False, "first-step setup")])
+def test_a_long_first_warmup_step_is_said_apart(monkeypatch, compiled, why):
+    import io
+
+    import torch
+
+    from caraml.distributed import DistContext
+    from caraml.measure import harness
+    from caraml.measure.log import LiveLog
+    from caraml.measure.stops import StopRequested
+    from caraml.settings import MeasureSettings
+
+    clock = _Clock()
+    monkeypatch.setattr(harness.time, "perf_counter", clock)
+    monkeypatch.setattr("caraml.measure.log.time.perf_counter", clock)
+    out = io.StringIO()
+    log = LiveLog(stream=out, interval_s=5.0)
+    log.set_bench(_SlowFirstStep(clock, compiled).info, 1, 1, peak_tflops=1.0)
+    bench = _SlowFirstStep(clock, compiled)
+    with StopRequested() as stop:
+        harness.run_steps(bench, MeasureSettings(warmup_steps=4, measure_steps=2), torch.device("cpu"),
+                          DistContext(), harness.Measurement(), stop, log=log)
+    text = out.getvalue()
+    assert "caraml: warm-up: first step took 30.0 s" in text, text
+    assert f"caraml: warm-up: done in 30.3 s, first step 30.0 s ({why}; then 100.0 ms/step)" in text, text
+    line = next(la for la in text.splitlines() if la.startswith("caraml: warm-up step 1/4"))
+    # 4 things in 30 s; 1 GFLOP each: 0.13 GFLOP/s of a 1 TFLOP/s peak
+    assert "step 30.0 s" in line and "0.1 things/s" in line and "MFU 0.0%" in line, line
+
+
+class _Watched:
+    """A stderr that tells when a line with `text` came."""
+
+    def __init__(self, text: str):
+        import io
+        import threading
+
+        self.text, self.seen, self.buf = text, threading.Event(), io.StringIO()
+
+    def write(self, s: str) -> int:
+        self.buf.write(s)
+        if self.text in self.buf.getvalue():
+            self.seen.set()
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+class _CompilingFirstStep:
+    """Its first step lasts until the log has said that the step still runs (as a long compilation would)."""
+
+    def __init__(self, said):
+        from caraml.contract import BenchInfo
+
+        self.said, self.n = said, 0
+        self.info = BenchInfo(units_per_step=1, unit="things", flops_per_unit=None, flops_convention="x",
+                              precision="fp32", compiled=True)
+
+    def step(self):
+        self.n += 1
+        if self.n == 1:
+            assert self.said.wait(120), "no heartbeat during the first step"  # bounds a hang only
+
+
+def test_a_long_first_step_is_said_while_it_runs():
+    import torch
+
+    from caraml.distributed import DistContext
+    from caraml.measure import harness
+    from caraml.measure.log import LiveLog
+    from caraml.measure.stops import StopRequested
+    from caraml.settings import MeasureSettings
+
+    out = _Watched("caraml: warm-up step 1/2 (compilation, autotuning): still running after ")
+    log = LiveLog(stream=out, interval_s=0.01)
+    with StopRequested() as stop:
+        harness.run_steps(_CompilingFirstStep(out.seen), MeasureSettings(warmup_steps=2, measure_steps=1),
+                          torch.device("cpu"), DistContext(), harness.Measurement(), stop, log=log)
+    assert "caraml: measuring: done in " in out.buf.getvalue()
+
+
+def test_bad_input_found_while_building_still_ends_the_events_file(tmp_path):
+    from caraml import workloads
+    from caraml.errors import BadInput
+    from caraml.params import Param
+    from caraml.workloads import Workload, register
+
+    def refuse(params, ctx):
+        raise BadInput("fake_refusing: no such data")
+
+    register(Workload(name="fake_refusing", unit="things", params=[Param("batch", int, 3, minimum=1)], presets={},
+                      build=refuse, columns=("system", "throughput")))
+    try:
+        proc = cli("run", "fake_refusing", "power=off", "device=cpu", "--system", "CPU", "--results", tmp_path,
+                   check=2)
+    finally:
+        workloads._REGISTERED.pop("fake_refusing")
+    assert proc.stderr.strip().splitlines()[-1] == "caraml: error: fake_refusing: no such data"
+    (events,) = (tmp_path / "runs").glob("*.events.jsonl")
+    last = json.loads(events.read_text().splitlines()[-1])
+    assert (last["key"], last["value"]) == ("run_stop", "error")
