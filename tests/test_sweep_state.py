@@ -115,6 +115,19 @@ class Killed(BaseException):
     """The sweep's process dying (SIGKILL) at this point: nothing after it runs."""
 
 
+def _as_if_its_sweep_died(results):
+    """The submission was written down by a sweep process that is gone now (this test's own process stands
+    for it while it runs; afterwards the owner is a process that has ended)."""
+    import subprocess
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    data = state.load(results)
+    for entry in data["jobs"].values():
+        entry["owner"]["pid"] = ended.pid
+    state.save(results, data)
+
+
 @pytest.mark.subprocess
 def test_a_sweep_killed_between_sbatch_and_saving_the_job_id_loses_no_job(tmp_path, monkeypatch):
     """Issue 20, 6: SIGKILL after sbatch submitted the job, before the state knew its id. --continue finds the
@@ -130,6 +143,7 @@ def test_a_sweep_killed_between_sbatch_and_saving_the_job_id_loses_no_job(tmp_pa
     monkeypatch.setattr(slurm, "sbatch", sbatch_then_killed)
     with pytest.raises(Killed):
         slurm.submit(plan, results, resume=False, python=None)
+    _as_if_its_sweep_died(results)
     _fake_slurm(tmp_path, monkeypatch, {f"caraml-image_classification-{point.id}": "4242"})
     report = slurm.collect(results)
     assert report["queued"] == {"4242": "PENDING"}
@@ -150,8 +164,23 @@ def test_a_sweep_killed_before_sbatch_submits_the_point_on_resume(tmp_path, monk
     monkeypatch.setattr(slurm, "sbatch", killed_before_sbatch)
     with pytest.raises(Killed):
         slurm.submit(plan, results, resume=False, python=None)
+    _as_if_its_sweep_died(results)
     _fake_slurm(tmp_path, monkeypatch, {})  # SLURM never saw it
     submitted = []
     monkeypatch.setattr(slurm, "sbatch", lambda script: submitted.append(script) or "5000")
     assert slurm.submit(plan, results, resume=True, python=None) == {"submitted": 1, "skipped": 0}
     assert len(submitted) == 1 and list(state.load(results)["jobs"]) == ["5000"]
+
+
+def test_a_running_sweeps_submission_is_left_alone():
+    """Another sweep, alive and between its sbatch and its save, wrote its submission down: not a leftover."""
+    import os
+    import socket
+
+    from caraml.results.record import now
+
+    mine = {"owner": {"host": socket.gethostname(), "pid": os.getpid()}, "submitted_at": now()}
+    assert slurm._owner_gone(mine) is False
+    elsewhere = {"owner": {"host": "another-node", "pid": 1}, "submitted_at": now()}
+    assert slurm._owner_gone(elsewhere) is False
+    assert slurm._owner_gone({**elsewhere, "submitted_at": "2026-01-01T00:00:00+00:00"}) is True

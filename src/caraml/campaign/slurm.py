@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from caraml import systems
@@ -80,7 +83,7 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dic
             continue
         entry = {"point": point.as_json() | {"shown": point.shown}, "script": str(script), "suite": p.suite.name,
                  "submitted_at": rec.now(), "state": state.SUBMITTING, "status": None,
-                 "job_name": jobscript.job_name(point)}
+                 "job_name": jobscript.job_name(point), "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
         intent = state.intent_key(point.id)
         state.update(results, {intent: entry})  # before sbatch: a kill right after it still leaves the job findable
         job_id = sbatch(script)
@@ -132,7 +135,7 @@ def recover_submissions(results: str) -> dict:
     SLURM knows by the point's job name becomes `submitted` under its id; one SLURM never saw is dropped (the
     point was not submitted; --resume submits it)."""
     data = state.load(results)
-    intents = {k: e for k, e in data["jobs"].items() if e.get("state") == state.SUBMITTING}
+    intents = {k: e for k, e in data["jobs"].items() if e.get("state") == state.SUBMITTING and _owner_gone(e)}
     for key, entry in intents.items():
         job_id = job_by_name(entry["job_name"]) if isinstance(entry.get("job_name"), str) else None
         found = {job_id: entry | {"state": "submitted"}} if job_id else {}
@@ -140,6 +143,28 @@ def recover_submissions(results: str) -> dict:
         print(f"caraml: {entry['point']['id']} " + (f"was submitted as job {job_id} by a sweep that stopped before "
               "saving it" if job_id else "was never submitted (its sweep stopped before sbatch)"), file=sys.stderr)
     return data
+
+
+INTENT_STALE_S = 600  # an sbatch takes seconds: a submission from another host older than this was left behind
+
+
+def _owner_gone(entry: dict) -> bool:
+    """Whether the sweep that wrote this submission down has stopped (another sweep running now may be between
+    its sbatch and its save: its submission is not to be touched)."""
+    owner = entry.get("owner") if isinstance(entry.get("owner"), dict) else {}
+    if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    try:
+        started = datetime.fromisoformat(entry["submitted_at"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    return (datetime.now(timezone.utc) - started).total_seconds() > INTENT_STALE_S
 
 
 # the SLURM commands -------------------------------------------------------------------------------
