@@ -10,22 +10,7 @@ def count_flops(make_model: Callable, make_inputs: Callable, train: bool = True,
     """FLOPs of one forward (and backward when `train`) of `make_model()` on `make_inputs()`, both made on
     `device` (meta by default: shapes only). `loss(output)` gives the scalar to differentiate (default: the sum
     of the output); `custom_mapping` adds formulas for operations the counter does not know (e.g. FFTs)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with torch.device(device):
-        model = make_model()
-        inputs = make_inputs()
-    model.train(train)
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-    with FlopCounterMode(display=False, custom_mapping=custom_mapping or {}) as counter:
-        if train:
-            out = model(*inputs)
-            (loss(out) if loss else out.sum()).backward()
-        else:
-            with torch.no_grad():
-                model(*inputs)
-    return float(counter.get_total_flops())
+    return count_flops_by_op(make_model, make_inputs, train, loss, custom_mapping, device)["total"]
 
 
 def count_flops_by_op(make_model: Callable, make_inputs: Callable, train: bool = True, loss: Callable | None = None,
