@@ -243,3 +243,22 @@ def test_an_unsteady_step_time_keeps_its_column_when_the_table_is_narrowed(tmp_p
 def test_an_unknown_where_key_says_record_fields_work(campaign):
     proc = cli("result", "--results", campaign, "--where", "nosuch=1", check=2)
     assert len(proc.stderr.strip().splitlines()) == 1 and "launch.world_size" in proc.stderr
+
+
+def test_repeats_that_disagree_are_flagged(tmp_path):
+    """Issue 22 (left over): the spread across repeats gets the same '!' and footnote as an unsteady step time."""
+    results = tmp_path / "r"
+    for started, ips in (("10", 2000.0), ("11", 2600.0), ("12", 2300.0)):  # (2600-2000)/2300 = 26 %
+        write(results, image("H100", 64, "bf16", ips, started=f"2026-12-01T{started}:00:00.000+00:00"))
+    for started, ips in (("13", 1500.0), ("14", 1510.0)):  # 0.7 %
+        write(results, image("A100", 64, "bf16", ips, started=f"2026-12-01T{started}:00:00.000+00:00"))
+    text = cli("result", "--results", results, check=0).stdout
+    assert "26.1% !" in text and "0.7% !" not in text
+    assert "! Spread above 10%: the repeats' throughputs differ" in text
+
+
+def test_repeats_that_agree_have_no_flag(tmp_path):
+    results = tmp_path / "r"
+    for started, ips in (("10", 2000.0), ("11", 2050.0)):
+        write(results, image("H100", 64, "bf16", ips, started=f"2026-12-01T{started}:00:00.000+00:00"))
+    assert "Spread above" not in cli("result", "--results", results, check=0).stdout

@@ -321,6 +321,7 @@ NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_thro
 # Kept longest when a table is narrowed to fit (after the columns it keeps always).
 HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
 STEADY_SPREAD = 0.25  # a step-time spread above this is flagged in the text table
+REPEAT_SPREAD = 0.10  # so is a spread of the repeats' throughputs above this
 ENERGY_KEYS = ("energy_wh", "units_per_wh", "energy_per_device_wh", "energy_measure_wh")
 
 

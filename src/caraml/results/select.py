@@ -90,25 +90,35 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
     if width:
         keep = set(table.keys) if names else {"throughput", "status"} | {c.key for c in columns if c.config and len(
             {repr(c.get(p)) for p in points}) > 1}
-        if "step_spread" in table.keys and any(_unsteady(v) for v in _column(table, "step_spread")):
-            keep.add("step_spread")  # a flag under the table needs its column
+        keep |= {k for k in _SPREADS if k in table.keys and any(_unsteady(k, v) for v in _column(table, k))}
+        # a flag under the table needs its column
         table = fit(table, width, keep=keep, config={c.key for c in columns if c.config}, prefer=cols.HEADLINE)
     _flag(table, points)
     return table
 
 
+# Spreads flagged in the text table: key -> (threshold, footnote after "! <Header> above N%: ").
+_SPREADS = {
+    "step_spread": (cols.STEADY_SPREAD, "step times varied that much in the measured window ((p90-p10)/median), "
+                    "so the figures are unsteady; measure more steps or repeat"),
+    "spread": (cols.REPEAT_SPREAD, "the repeats' throughputs differ that much ((max-min)/median), so the median is "
+               "uncertain; look for a noisy neighbour, clocks or thermals, and repeat"),
+}
+
+
 def _flag(table: Table, points: list[Point]) -> None:
-    """Marks and footnotes of the text table: a step-time spread above STEADY_SPREAD, and why energy reads '-'."""
+    """Marks and footnotes of the text table: a spread above its threshold (step times, repeats), and why energy
+    reads '-'."""
     keys = table.keys
-    if "step_spread" in keys:
-        j = keys.index("step_spread")
-        flagged = [i for i, row in enumerate(table.rows) if _unsteady(row[j])]
+    for key, (limit, why) in _SPREADS.items():
+        if key not in keys:
+            continue
+        j = keys.index(key)
+        flagged = [i for i, row in enumerate(table.rows) if _unsteady(key, row[j])]
         for i in flagged:
-            table.marks[(i, "step_spread")] = "!"
+            table.marks[(i, key)] = "!"
         if flagged:
-            table.notes.append(f"! StepSpread above {cols.STEADY_SPREAD:.0%}: step times varied that much in the "
-                               "measured window ((p90-p10)/median), so the figures are unsteady; measure more steps "
-                               "or repeat")
+            table.notes.append(f"! {table.headers[j]} above {limit:.0%}: {why}")
     energy = [j for j, k in enumerate(keys) if k in cols.ENERGY_KEYS]
     reasons: dict[str, int] = {}
     for i, p in enumerate(points):
@@ -120,8 +130,8 @@ def _flag(table: Table, points: list[Point]) -> None:
         table.notes.append(f"energy -: {reason} ({n} row{'s' if n > 1 else ''})")
 
 
-def _unsteady(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > cols.STEADY_SPREAD
+def _unsteady(key: str, value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > _SPREADS[key][0]
 
 
 def _column(table: Table, key: str) -> list:
