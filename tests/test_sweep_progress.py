@@ -57,7 +57,9 @@ def test_a_local_sweep_shows_n_of_n_each_points_figure_and_a_table_at_the_end(tm
     assert lines[-1] == "caraml: sweep done: 1 failed, 2 ok"
     # the end: the sweep's points as `caraml result` shows them, on stdout as `caraml run` prints its table
     assert proc.stdout.splitlines()[0].strip() == "image_classification"
-    rows = [ln for ln in proc.stdout.splitlines() if "resnet18" in ln]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("│") and ("tf32" in ln or "fp32" in ln)]
+    assert all(len(ln) <= 120 for ln in proc.stdout.splitlines())  # fitted to a log's width
+    assert "same in every row:" in proc.stdout and "resnet18" in proc.stdout
     assert len(rows) == 3 and sum(" failed " in r for r in rows) == 1 and sum(" ok " in r for r in rows) == 2
 
 

@@ -262,3 +262,21 @@ def test_repeats_that_agree_have_no_flag(tmp_path):
     for started, ips in (("10", 2000.0), ("11", 2050.0)):
         write(results, image("H100", 64, "bf16", ips, started=f"2026-12-01T{started}:00:00.000+00:00"))
     assert "Spread above" not in cli("result", "--results", results, check=0).stdout
+
+
+def test_the_sweeps_end_table_fits_a_log(capsys, monkeypatch):
+    """Issue 22 (left over): the sweep's end table in a log (stdout not a terminal) fits 120 columns, or COLUMNS."""
+    from caraml.campaign.local import print_points
+
+    records = [fno("H100", "RBC2D", 1, 20, "fp16", "default", 3757.0, train=3700.0),
+               fno("H100", "RBC3D", 4, 20, "bf16", "max-autotune", 1200.0, train=1100.0,
+                   started="2026-12-01T11:00:00.000+00:00")]
+    monkeypatch.delenv("COLUMNS", raising=False)
+    print_points(records)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and max(map(len, lines)) <= 120
+    assert any("not shown, to fit 120 columns" in line for line in lines)
+    monkeypatch.setenv("COLUMNS", "160")  # a job script's or user's choice wins
+    print_points(records)
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 160 and "to fit 120 columns" not in out

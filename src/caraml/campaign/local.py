@@ -47,16 +47,27 @@ class LocalExecutor:
 
 def print_points(records: list[dict]) -> None:
     """The sweep's points as `caraml result` shows them (one table per workload), on stdout as `caraml run`
-    prints its table; only this sweep's records (and the ok ones of points it skipped)."""
+    prints its table; only this sweep's records (and the ok ones of points it skipped). Fitted to the terminal, or
+    to LOG_WIDTH columns in a log: it is a summary read by people; `caraml result --wide` shows every column."""
     from caraml.results.aggregate import group
     from caraml.results.record import validate
     from caraml.results.select import result_tables
-    from caraml.results.table import render_tables
+    from caraml.results.table import render_tables, terminal_width
 
     records = [r for r in records if isinstance(r, dict) and not validate(r)]  # as `caraml result` reads them
     if records:
-        sys.stdout.write(render_tables(result_tables(group(records)), "table"))
+        width = terminal_width() or _env_width() or LOG_WIDTH
+        sys.stdout.write(render_tables(result_tables(group(records), width=width), "table"))
         sys.stdout.flush()
+
+
+LOG_WIDTH = 120  # the sweep's end table in a log file or pipe
+
+
+def _env_width() -> int | None:
+    """COLUMNS, where a job script or user sets it for logs."""
+    value = os.environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) >= 40 else None
 
 
 STOP_GRACE_S = 60.0  # how long a stopped point may take to finish its step and save its record
