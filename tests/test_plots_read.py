@@ -209,3 +209,19 @@ def test_report_tables_scroll_in_their_box_with_headline_columns_first(folder, t
     assert llm[:3] == ["System", "Tokens/second", "Tokens/Wh"]
     ratios = next(h for h in heads if "H100 ×speed" in h and "A100 Images/s" in h)
     assert ratios.index("H100 ×speed") < 8, ratios
+
+
+def test_pareto_labels_of_clustered_points_do_not_overlap():
+    """Issue 22 (left over): batch-size labels of points that sit together are moved apart, not drawn over each
+    other."""
+    from caraml.results.plots import _overlap, place_labels
+
+    anchors = [(100.0, 100.0), (101.0, 100.5), (100.5, 99.0), (300.0, 300.0)]
+    sizes = [(17.0, 7.0), (17.0, 7.0), (21.0, 7.0), (17.0, 7.0)]
+    offsets = place_labels(anchors, sizes)
+    boxes = []
+    for (x, y), (w, h), (dx, dy) in zip(anchors, sizes, offsets):
+        x0 = x + dx if dx >= 0 else x + dx - w
+        boxes.append((x0, y + dy, x0 + w, y + dy + h))
+    assert not any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert offsets[0] == offsets[3] == (4, 4)  # a label with room stays where it always was

@@ -283,6 +283,7 @@ def _pareto(workload: str, points: list[Point]):
     lines = lines_of(pts, _gbs, "global batch size", line="colour")
     lines.caption.insert(0, "next to each point: its global batch size")
     fig, ax = _figure(10, lines, extra=1)
+    labels: list[tuple[str, float, float]] = []
     for name, line in lines.series.items():
         xs, ys = [p.units_per_wh for p in line], [p.throughput for p in line]
         xerr = list(zip(*(_spread(p, _get("units_per_wh"), v) for p, v in zip(line, xs))))
@@ -290,10 +291,8 @@ def _pareto(workload: str, points: list[Point]):
         ax.errorbar(xs, ys, xerr=xerr if any(any(e) for e in xerr) else None,
                     yerr=yerr if any(any(e) for e in yerr) else None, marker="o", linestyle="none", capsize=2,
                     label=name)
-        for p, px, py in zip(line, xs, ys):
-            if _gbs(p):
-                ax.annotate(_value(_gbs(p)), (px, py), xytext=(4, 4), textcoords="offset points", fontsize=7,
-                            color="#555")
+        labels += [(_value(_gbs(p)), px, py) for p, px, py in zip(line, xs, ys) if _gbs(p)]
+    _label_points(fig, ax, labels)
     pairs = [(p.units_per_wh, p.throughput) for p in pts]
     front = pareto_front(pairs)
     ax.plot([pairs[i][0] for i in front], [pairs[i][1] for i in front], color="black", linewidth=1,
@@ -305,6 +304,47 @@ def _pareto(workload: str, points: list[Point]):
     _thousands(ax.xaxis, ax.yaxis)
     _finish(fig, [ax], lines)
     return fig
+
+
+LABEL_FONT = 7  # points
+# Where a point's label may go, in points from the point, tried in order: right-up first, then around it.
+LABEL_OFFSETS = ((4, 4), (4, -11), (-4, 4), (-4, -11), (4, 15), (-4, 15), (4, -22), (-4, -22), (12, -4),
+                 (-12, -4), (4, 26), (-4, 26), (4, -33), (-4, -33))
+
+
+def place_labels(anchors: list[tuple[float, float]], sizes: list[tuple[float, float]],
+                 offsets=LABEL_OFFSETS) -> list[tuple[float, float]]:
+    """An offset per label (points, from its anchor; a negative x puts the label left of it) such that no two
+    labels overlap where that can be done within `offsets`; else the first. Anchors and sizes in points."""
+    placed: list[tuple[float, float, float, float]] = []
+    chosen = []
+    for (ax_, ay), (w, h) in zip(anchors, sizes):
+        boxes = []
+        for dx, dy in offsets:
+            x0 = ax_ + dx if dx >= 0 else ax_ + dx - w
+            boxes.append(((dx, dy), (x0, ay + dy, x0 + w, ay + dy + h)))
+        free = [b for b in boxes if not any(_overlap(b[1], o) for o in placed)]
+        offset, box = (free or boxes)[0]
+        placed.append(box)
+        chosen.append(offset)
+    return chosen
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _label_points(fig, ax, labels: list[tuple[str, float, float]]) -> None:
+    """Each point's label next to it, moved around the point where it would cover another label."""
+    if not labels:
+        return
+    ax.autoscale_view()
+    to_points = 72.0 / fig.dpi
+    anchors = [tuple(v * to_points for v in ax.transData.transform((x, y))) for _, x, y in labels]
+    sizes = [(0.6 * LABEL_FONT * len(text), LABEL_FONT) for text, _, _ in labels]  # a digit is about 0.6 em wide
+    for (text, x, y), (dx, dy) in zip(labels, place_labels(anchors, sizes)):
+        ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_FONT, color="#555",
+                    ha="left" if dx >= 0 else "right")
 
 
 def _scaling_of(points: list[Point]) -> tuple[Lines, dict[str, list[tuple[Point, float]]]]:
