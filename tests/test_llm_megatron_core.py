@@ -30,6 +30,8 @@ def test_the_new_parameters_at_their_defaults_keep_the_ids_of_stored_runs():
     (["backend=megatron-core", "compile=inductor"], "backend=megatron-core runs Megatron's modules uncompiled"),
     (["backend=megatron-core", "attention=flash"], "not attention=flash; give attention=auto"),
     (["backend=megatron-core", "tp=2", "loss_parallel=off"], "give loss_parallel=on"),
+    (["backend=megatron-core", "lr=1e-4", "min_lr=1e-3"], "needs min_lr <= lr"),
+    (["backend=megatron-core", "lr_warmup_samples=20000"], "needs lr_warmup_samples < lr_decay_samples"),
     (["megatron_spec=te"], "megatron_spec=te applies to backend=megatron-core only"),
 ])
 def test_options_the_backend_does_not_take_are_one_line(given, says):

@@ -30,6 +30,12 @@ def option_problem(cfg) -> str | None:
     if compute.attention != "auto":
         return (f"backend=megatron-core picks its attention by megatron_spec (te: Transformer Engine's fused "
                 f"kernels, local: megatron-core's unfused one), not attention={compute.attention}; give attention=auto")
+    o = cfg.optim
+    if o.min_lr > o.lr:  # Megatron's scheduler asserts both
+        return f"backend=megatron-core needs min_lr <= lr (now {o.min_lr:g} > {o.lr:g})"
+    if o.lr_warmup_samples >= o.lr_decay_samples:
+        return (f"backend=megatron-core needs lr_warmup_samples < lr_decay_samples (now {o.lr_warmup_samples} >= "
+                f"{o.lr_decay_samples})")
     if cfg.parallel.tp > 1 and not cfg.parallel.loss_parallel:
         return "backend=megatron-core always takes the loss on vocabulary-sharded logits; give loss_parallel=on"
     return None
