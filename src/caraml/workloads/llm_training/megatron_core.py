@@ -315,7 +315,7 @@ class MegatronBench(GPTBench):
 
         def mean_loss(output):
             loss = output.float().mean()
-            return loss, {"lm loss": loss.detach()}
+            return loss, {"lm loss": loss.detach().clone()}  # a copy: the schedule divides `loss` in place
 
         return per_token, mean_loss
 
