@@ -153,3 +153,30 @@ def test_megatron_core_starts_from_our_weights(megatron_single_process, activati
         emb = theirs.embedding(tokens, torch.arange(16).expand(3, 16))  # (seq, batch, hidden)
         torch.testing.assert_close(emb.transpose(0, 1), ours.embed(tokens))
     assert theirs.shared_embedding_or_output_weight() is theirs.embedding.word_embeddings.weight
+
+
+@pytest.mark.subprocess
+def test_both_backends_train_the_same_losses_on_the_cpu():
+    """Loss for loss over 6 iterations from the same weights and data: the weight map, megatron-core's forward and
+    backward, its optimizer and scheduler against ours (SwiGLU, learned positions, two micro-batches: the loss
+    reported over micro-batches too). megatron-core's CUDA calls redirected to the CPU by the worker."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import cli_env
+
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    overrides = {"precision": "fp32", "clip_grad": 0.0, "distributed_optimizer": False, "lr": 3e-3,
+                 "lr_warmup_samples": 0, "activation": "swiglu", "position": "learned", "grad_accumulation": 2,
+                 "recompute": "none"}
+    worker = Path(__file__).with_name("megatron_cpu_worker.py")
+    proc = subprocess.run([sys.executable, str(worker), json.dumps(overrides), "6"], capture_output=True, text=True,
+                          env=cli_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    losses = json.loads(proc.stdout.strip().splitlines()[-1])
+    native, megatron = losses["native"], losses["megatron-core"]
+    assert len(native) == len(megatron) == 6 and native[-1] < native[0]
+    for a, b in zip(native, megatron):
+        assert abs(a - b) <= 1e-5 * abs(a), (native, megatron)
