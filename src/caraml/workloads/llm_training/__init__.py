@@ -230,7 +230,8 @@ WORKLOAD = register(Workload(
              Col("micro_batch_size", "MicroBatchSize", "param:micro_batch_size", "int", default=False),
              Col("grad_accumulation", "GradAccumulation", "param:grad_accumulation", "int", default=False),
              Col("seq_length", "SeqLength", "param:seq_length", "int", default=False),
-             Col("precision", "Precision", "param:precision", default=False)),
+             Col("precision", "Precision", "param:precision", default=False),
+             Col("backend", "Backend", "param:backend", default=False)),
     metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
              "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "backend"),
 ))
