@@ -376,7 +376,8 @@ def main() -> None:
             rows.append(caraml_point(name, CARAML_SETTINGS + args.set, out, args.steps, args.warmup, left))
         elif name == "megatron":
             rows.append({"name": name, "status": f"skipped ({missing})"} if missing else
-                        caraml_point(name, CARAML_SETTINGS + ["backend=megatron-core"] + args.set, out, args.steps,
+                        caraml_point(name, CARAML_SETTINGS + ["backend=megatron-core", "attention=auto"] + args.set,
+                                     out, args.steps,
                                      args.warmup, left))
         elif name == "crosscheck":
             rows.append(crosscheck_point(end))

@@ -75,6 +75,24 @@ def test_megatron_core_refuses_the_cpu_and_a_missing_transformer_engine(monkeypa
     _check({"backend": "megatron-core", "megatron_spec": "auto"})  # auto falls back to the local spec
 
 
+def test_the_layout_names_each_megatron_parameter_by_our_global_layer_and_split():
+    import torch
+
+    from caraml.workloads.llm_training.megatron_core import MegatronLayout
+
+    stage = MegatronLayout(tp=2, tp_rank=1, first_layer=4, swiglu=True)  # the second of two stages of 8 layers
+    assert stage.source("decoder.layers.1.mlp.linear_fc2.weight") == ("layers.5.mlp.w2.weight", 1)
+    assert stage.source("decoder.layers.0.self_attention.linear_qkv.layer_norm_weight") == ("layers.4.attn_norm.weight",
+                                                                                           None)  # TE's fused norm
+    assert stage.source("output_layer.weight") == ("embed.tok.weight", 0)
+    with pytest.raises(KeyError, match="no parameter of the native GPT"):
+        stage.source("decoder.layers.0.self_attention.q_layernorm.weight")
+    w1, w3 = torch.arange(8.0).view(4, 2), -torch.arange(8.0).view(4, 2)
+    ours = {"layers.4.mlp.w1.weight": w1, "layers.4.mlp.w3.weight": w3}
+    # this rank's half of the gate, then its half of the up projection: act(first half) * second half per rank
+    assert torch.equal(stage.tensor("decoder.layers.0.mlp.linear_fc1.weight", ours), torch.cat((w3[2:], w1[2:])))
+
+
 # the weights ------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def megatron_single_process(monkeypatch):
