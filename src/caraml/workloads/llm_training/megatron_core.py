@@ -24,7 +24,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from caraml.contract import RunContext
-from caraml.kit.precision import autocast_dtype
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import sizes
 from caraml.workloads.llm_training.backend import te_available
@@ -163,7 +162,6 @@ class MegatronBench(GPTBench):
         self.plan = ParallelPlan(sequence_parallel=cfg.parallel.sequence_parallel and ctx.dims.tp > 1,
                                  loss_parallel=ctx.dims.tp > 1,
                                  dp_mode="megatron-distributed-optimizer" if distributed_optimizer else "megatron-ddp")
-        self.compute_dtype = autocast_dtype(cfg.compute.precision) or torch.float32
         self._own_group = self._start_process_group()
         self._start_parallel_state(parallel_state)
         self.spec = "te" if cfg.engine.megatron_spec == "te" or (
