@@ -13,6 +13,19 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
     plain             a hand-written loop over the same model code (model.py), micro-batch 4
     micro             the plain loop at micro-batch 8, 16, 32, ... until out of memory: the largest that fits
 
+Backends side by side (`--only native_caraml,megatron,crosscheck`, about 4 minutes; `--set k=v` adds settings to
+both throughput points):
+
+    native_caraml     caraml run llm_training --preset 800M precision=bf16 micro_batch_size=4 compile=none
+                      (CARAML's settings: selective recompute, uncompiled)
+    megatron          the same with backend=megatron-core (megatron-core's GPTModel, optimizer and schedule)
+    crosscheck        both backends from the same initial weights and data, fp32, 20 iterations (lr 3e-4, no
+                      warm-up, so the loss moves): each iteration's loss agrees within 1 %
+
+megatron-core comes as a wheel on a machine without a package index:
+`python3 -m pip install --no-deps .whl/megatron_core-0.19.2-*.whl`; where it does not import, the megatron
+points are skipped with one line.
+
 Prints tokens/s, TFLOP/s by 6N + 12*L*h*s per token, MFU against 989.4 TFLOP/s (H200/H100 SXM dense bf16),
 the ratio caraml/plain (target >= 0.98), peak memory; writes llm_bench.json into --out, or $OUT, or ./bench-out.
 Without a GPU (or with --self-check) every point runs on the CPU with the smoke model, uncompiled: a check of
@@ -42,6 +55,11 @@ MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_atten
 MICRO = 4
 VOCAB = 50257
 POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc")
+BACKEND_POINTS = ("native_caraml", "megatron", "crosscheck")
+CARAML_SETTINGS = ["recompute=selective", "compile=none"]  # CARAML's Megatron: selective recompute, no compiler
+CROSSCHECK = {"precision": "fp32", "recompute": "none", "compile": "none", "lr": 3e-4, "lr_warmup_samples": 0,
+              "seed": 42}
+CROSSCHECK_STEPS, CROSSCHECK_TOLERANCE = 20, 0.01
 OPTIM = resolve(RunSpec("llm_training", preset="800M")).config.optim
 LR, LR_WARMUP_SAMPLES = OPTIM.lr, OPTIM.lr_warmup_samples  # caraml's learning-rate warm-up
 ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
@@ -68,14 +86,22 @@ def rates(tokens_per_s: float | None) -> dict:
 
 
 # caraml run, one process per point --------------------------------------------------------------------------------
+def merged(base: list[str], extra: list[str]) -> list[str]:
+    """`base` command-line items with each key=value of `extra` replacing the one of the same key (caraml run
+    refuses a key given twice)."""
+    keys = {item.split("=", 1)[0] for item in extra if "=" in item}
+    return [item for item in base if item.split("=", 1)[0] not in keys] + extra
+
+
 def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int, timeout: float,
                  micro: int | None = None) -> dict:
-    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *RUN["caraml"], "precision=bf16",
-           f"attention={ATTENTION}", f"micro_batch_size={micro or MICRO}", f"warmup_steps={warmup}",
-           f"measure_steps={steps}", *extra, "--results", str(out / "results"), "--json"]
+    settings = merged([*RUN["caraml"], "precision=bf16", f"attention={ATTENTION}", f"micro_batch_size={micro or MICRO}",
+                       f"warmup_steps={warmup}", f"measure_steps={steps}"], extra)
+    cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *settings, "--results", str(out / "results"),
+           "--json"]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    print(f"llm_bench: {name}: caraml {' '.join(cmd[3:-4])}", file=sys.stderr, flush=True)
+    print(f"llm_bench: {name}: caraml {' '.join(cmd[3:-3])}", file=sys.stderr, flush=True)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -104,8 +130,63 @@ def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int
             "compile_s": (m.get("warmup") or {}).get("compile_s"), "loss": m.get("loss"),
             "peak_memory_gib": (m.get("peak_memory_bytes") or 0) / 2**30,
             "energy_wh": energy.get("total_wh"), "tokens_per_wh": energy.get("units_per_wh"),
-            "wall_s": took, "error": record.get("error"), "command": "caraml " + " ".join(cmd[3:-4]),
+            "wall_s": took, "error": record.get("error"), "command": "caraml " + " ".join(cmd[3:-3]),
+            "backend": m.get("backend") or {"name": "native"},
             "env": {k: (record.get("env") or {}).get(k) for k in ("torch", "cuda", "driver", "python")}}
+
+
+# the backends -----------------------------------------------------------------------------------------------------
+def megatron_missing() -> str | None:
+    """Why the megatron-core points cannot run here, in a few words; None when they can."""
+    if RUN["device"] != "cuda":
+        return "megatron-core runs on CUDA GPUs only"
+    try:
+        import megatron.core  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - absent or broken: either way the points cannot run
+        return (f"megatron-core does not import ({type(exc).__name__}: {exc}); install its wheel: "
+                "python3 -m pip install --no-deps .whl/megatron_core-0.19.2-*.whl")
+    return None
+
+
+def train_losses(backend: str, steps: int, timeout: float) -> dict:
+    """Each iteration's loss of one backend, trained in a process of its own from the seed's initial weights."""
+    overrides = {**CROSSCHECK, "micro_batch_size": MICRO, "backend": backend}
+    preset = RUN["caraml"][RUN["caraml"].index("--preset") + 1]
+    code = ("import json, sys; from caraml.workloads.llm_training.bench import train_losses; "
+            "print(json.dumps(train_losses(json.loads(sys.argv[1]), int(sys.argv[2]), preset=sys.argv[3], "
+            "device=sys.argv[4])))")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    print(f"llm_bench: crosscheck: {backend}, {steps} iterations", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(overrides), str(steps), preset, RUN["device"]],
+                              capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"backend": backend, "status": "timeout", "wall_s": time.monotonic() - start}
+    try:
+        losses = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"backend": backend, "status": "failed", "error": proc.stderr[-3000:],
+                "wall_s": time.monotonic() - start}
+    return {"backend": backend, "status": "ok", "losses": losses, "wall_s": time.monotonic() - start}
+
+
+def crosscheck_point(timeout_end: float) -> dict:
+    """native against megatron-core (against native itself where megatron-core cannot run: a check of the script,
+    said so in `against`): the largest relative difference of the iterations' losses."""
+    against = "megatron-core" if megatron_missing() is None else "native"
+    runs = [train_losses(b, CROSSCHECK_STEPS, max(60.0, (timeout_end - time.monotonic()) / 2))
+            for b in ("native", against)]
+    row = {"name": "crosscheck", "against": against, "settings": {**CROSSCHECK, "micro_batch_size": MICRO},
+           "runs": runs, "tolerance": CROSSCHECK_TOLERANCE}
+    if any(r["status"] != "ok" for r in runs):
+        return {**row, "status": "failed", "error": " | ".join(str(r.get("error", r["status"]))[-1500:]
+                                                               for r in runs if r["status"] != "ok")}
+    a, b = runs[0]["losses"], runs[1]["losses"]
+    worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    return {**row, "status": "ok" if worst < CROSSCHECK_TOLERANCE else "differs", "max_relative_difference": worst,
+            "loss_first": [a[0], b[0]], "loss_last": [a[-1], b[-1]]}
 
 
 # the plain loop, here ----------------------------------------------------------------------------------------------
@@ -238,6 +319,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=float(os.environ.get("LLM_BENCH_BUDGET_S", "570")),
                         help="seconds for all points (the device tool allows 600 per command)")
     parser.add_argument("--self-check", action="store_true", help="run on the CPU with the smoke model")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for both points native_caraml and megatron (repeatable)")
     args = parser.parse_args()
     import torch
 
@@ -250,9 +333,12 @@ def main() -> None:
         RUN.update(device="cpu", compile=False, caraml=SELF_CHECK["caraml"], max_micro=SELF_CHECK["max_micro"])
         args.steps, args.warmup = min(args.steps, 4), min(args.warmup, 2)
     only = [n for n in args.only.split(",") if n]
-    unknown = [n for n in only if n not in POINTS]
+    unknown = [n for n in only if n not in POINTS + BACKEND_POINTS]
     if unknown:
-        sys.exit(f"llm_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
+        sys.exit(f"llm_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS + BACKEND_POINTS)}")
+    missing = megatron_missing() if {"megatron", "crosscheck"} & set(only) else None
+    if missing:
+        print(f"llm_bench: skipping the point megatron and crosscheck's megatron side: {missing}", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     end = time.monotonic() + args.budget
@@ -262,6 +348,9 @@ def main() -> None:
         by = {r["name"]: r for r in rows}
         if by.get("caraml", {}).get("tokens_per_s") and by.get("plain", {}).get("tokens_per_s"):
             by["caraml"]["ratio_to_plain"] = by["caraml"]["tokens_per_s"] / by["plain"]["tokens_per_s"]
+        if by.get("megatron", {}).get("tokens_per_s") and by.get("native_caraml", {}).get("tokens_per_s"):
+            by["native_caraml"]["ratio_to_megatron"] = (by["native_caraml"]["tokens_per_s"]
+                                                        / by["megatron"]["tokens_per_s"])
         summary = {"date": time.strftime("%Y-%m-%d"), "model": {**MODEL, "vocab_size": VOCAB,
                    "padded_vocab_size": sizes.padded_vocab(VOCAB), "micro_batch_size": MICRO},
                    "flops_per_token": flops_per_token(), "flops_convention": sizes.FLOPS_CONVENTION,
@@ -283,21 +372,35 @@ def main() -> None:
         elif name == "caraml_acc":
             rows.append(caraml_point(name, ["recompute=none", f"grad_accumulation={ACC}"], out, args.steps,
                                      args.warmup, left, micro=min(BIG_MICRO, RUN["max_micro"])))
+        elif name == "native_caraml":
+            rows.append(caraml_point(name, CARAML_SETTINGS + args.set, out, args.steps, args.warmup, left))
+        elif name == "megatron":
+            rows.append({"name": name, "status": f"skipped ({missing})"} if missing else
+                        caraml_point(name, CARAML_SETTINGS + ["backend=megatron-core", "attention=auto"] + args.set,
+                                     out, args.steps,
+                                     args.warmup, left))
+        elif name == "crosscheck":
+            rows.append(crosscheck_point(end))
         elif name == "plain":
             rows.append(plain_point(args.steps, args.warmup))
         else:
             rows.append(micro_sweep(max(3, args.steps // 6), max(3, args.warmup // 2), end))
         save()
 
-    print(f"{'point':<18} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} {'ratio':>6} {'peak GiB':>8} "
-          f"{'compile s':>9} {'wall s':>6}")
+    print(f"{'point':<18} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'CARAML':>7} {'MFU':>6} {'ratio':>6} "
+          f"{'peak GiB':>8} {'compile s':>9} {'wall s':>6}")
     for r in rows:
         def f(key, fmt, r=r):
             v = r.get(key)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"
+        ratio = "ratio_to_megatron" if "ratio_to_megatron" in r else "ratio_to_plain"
         print(f"{r['name']:<18} {r['status'][:8]:<8} {f('tokens_per_s', '10.0f')} {f('tflops_6n', '8.1f')} "
-              f"{f('mfu', '6.3f')} {f('ratio_to_plain', '6.3f')} {f('peak_memory_gib', '8.1f')} "
-              f"{f('compile_s', '9.1f')} {f('wall_s', '6.0f')}")
+              f"{f('tflops_caraml_formula', '7.1f')} {f('mfu', '6.3f')} {f(ratio, '6.3f')} "
+              f"{f('peak_memory_gib', '8.1f')} {f('compile_s', '9.1f')} {f('wall_s', '6.0f')}")
+        if r["name"] == "crosscheck" and "max_relative_difference" in r:
+            print(f"  native vs {r['against']}: {CROSSCHECK_STEPS} losses, max relative difference "
+                  f"{r['max_relative_difference']:.2e} (tolerance {r['tolerance']:g}); first {r['loss_first']}, "
+                  f"last {r['loss_last']}")
         for t in r.get("tried", []):
             print(f"  micro {t['micro_batch_size']:<4} {t['status']:<8} {format(t.get('tokens_per_s') or 0, '10.0f')} "
                   f"{format(t.get('tflops_6n') or 0, '8.1f')} {format(t.get('mfu') or 0, '6.3f')} {'':>6} "

@@ -36,6 +36,9 @@ class Param:
     # Part of what is measured, so part of the configuration's id; False for how it is measured (steps, seed,
     # power sampling): runs differing only in those measure the same configuration.
     identifies: bool = True
+    # Added after records were stored: at its default the parameter is left out of the configuration's id, so a
+    # configuration that does not set it keeps the id its stored records have.
+    id_omits_default: bool = False
     aliases: tuple[str, ...] = ()  # former names, still accepted (and read from older records)
     value_aliases: tuple[tuple[Any, Any], ...] = ()  # (former value, value), e.g. (("off", "fp32"),)
 

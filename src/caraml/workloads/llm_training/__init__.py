@@ -12,6 +12,7 @@ from __future__ import annotations
 from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
+from caraml.workloads.llm_training import backend
 from caraml.workloads.llm_training.config import TrainingConfig
 
 COMPILERS = ("none", "inductor")
@@ -64,6 +65,12 @@ PARAMS = [
     Param("lr_decay_samples", int, 128_953_125, "cosine decay to min_lr, in samples", minimum=1),
     Param("weight_decay", float, 0.1, "AdamW weight decay (not on biases and norms)", minimum=0.0),
     Param("clip_grad", float, 1.0, "clip gradients to this global norm (0: off)", minimum=0.0),
+    Param("backend", str, "native", "native (this package's model and loop) or megatron-core (CARAML's engine: "
+          "Megatron's GPTModel, optimizer and schedules; " + backend.INSTALL + ")", choices=backend.BACKENDS,
+          headline=True, id_omits_default=True),
+    Param("megatron_spec", str, "auto", "backend=megatron-core's layers: te (Transformer Engine), local "
+          "(megatron-core's own), auto (te where transformer_engine imports)", choices=backend.SPECS,
+          id_omits_default=True),
 ]
 
 # CARAML's runs: Megatron with rope, selective recompute, sequence parallelism, the distributed optimizer, seed 42.
@@ -97,6 +104,9 @@ def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
     """What makes this model and batch impossible on `devices` processes, in one line; None when it fits."""
     m, b, par = cfg.model, cfg.batch, cfg.parallel
     tp, pp = par.tp, par.pp
+    unsupported = backend.option_problem(cfg)
+    if unsupported:
+        return unsupported
     if devices % (tp * pp):
         return f"tp*pp = {tp}*{pp} = {tp * pp} does not divide the {devices} devices"
     dp = devices // (tp * pp)
@@ -187,6 +197,7 @@ def check_device(cfg: TrainingConfig, device) -> None:
     from caraml.kit.precision import check_precision
 
     check_precision(cfg.compute.precision, device)
+    backend.check_installed(cfg, device)
     if cfg.data.source == "oscar":
         from caraml.workloads.llm_training.data import check_indexed
 
@@ -194,6 +205,10 @@ def check_device(cfg: TrainingConfig, device) -> None:
 
 
 def build(cfg: TrainingConfig, ctx):
+    if cfg.engine.backend == "megatron-core":
+        from caraml.workloads.llm_training.megatron_core import MegatronBench
+
+        return MegatronBench(cfg, ctx)
     from caraml.workloads.llm_training.bench import GPTBench
 
     return GPTBench(cfg, ctx)
@@ -215,7 +230,8 @@ WORKLOAD = register(Workload(
              Col("micro_batch_size", "MicroBatchSize", "param:micro_batch_size", "int", default=False),
              Col("grad_accumulation", "GradAccumulation", "param:grad_accumulation", "int", default=False),
              Col("seq_length", "SeqLength", "param:seq_length", "int", default=False),
-             Col("precision", "Precision", "param:precision", default=False)),
+             Col("precision", "Precision", "param:precision", default=False),
+             Col("backend", "Backend", "param:backend", default=False)),
     metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
-             "parameters", "padded_vocab_size", "loss_scale", "parallel_setup"),
+             "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "backend"),
 ))

@@ -146,6 +146,15 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    backend: str
+    """native (this package's model and loop) or megatron-core (Megatron's GPTModel, optimizer and schedules)"""
+    megatron_spec: str
+    """backend=megatron-core: te (Transformer Engine's layers), local (megatron-core's own), auto (te where
+    transformer_engine imports)"""
+
+
+@dataclass(frozen=True)
 class TrainingConfig:
     """Every setting of one GPT pre-training point, by section."""
 
@@ -155,6 +164,7 @@ class TrainingConfig:
     compute: ComputeConfig
     optim: OptimizerConfig
     data: DataConfig
+    engine: EngineConfig
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> "TrainingConfig":
@@ -162,4 +172,5 @@ class TrainingConfig:
         return cls(model=typed_fields(ModelShape, values), batch=typed_fields(BatchConfig, values),
                    parallel=typed_fields(ParallelConfig, values), compute=typed_fields(ComputeConfig, values),
                    optim=typed_fields(OptimizerConfig, values),
-                   data=DataConfig(source=values["data"], path=values["data_path"]))
+                   data=DataConfig(source=values["data"], path=values["data_path"]),
+                   engine=typed_fields(EngineConfig, values))
