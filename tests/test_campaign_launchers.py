@@ -105,6 +105,6 @@ def test_suite_launcher_names_come_from_the_registry(tmp_path):
     assert point.launcher == "single"
     script = jobscript.render(point, systems.get("CPU"), jobscript.JobOptions(results="/r", python="/py"), "/l")
     assert "#SBATCH --ntasks-per-node=1" in script
-    assert "srun --nodes=1 --ntasks-per-node=1 /py -m caraml run image_classification " in script
+    assert "srun --nodes=1 --ntasks-per-node=1 --cpus-per-task=2 /py -m caraml run image_classification " in script
     with pytest.raises(BadInput, match="launcher=single runs one process, and the point has 2 devices"):
         _plan(tmp_path, 2)

@@ -58,6 +58,8 @@ def job_site(point: SweepPoint, profile: dict, opts: JobOptions) -> dict:
     """The site settings of the point's job: profile, its workload's own, the command line's; each one checked."""
     site = systems.site(profile, point.workload, opts.site)
     for key in SITE_VALUES:
+        if isinstance(site.get(key), str):
+            _plain(site[key])  # a control character is named as such
         problem = site_value_problem(key, site.get(key))
         if problem:
             given = f"--{key.replace('_', '-')}" if key in opts.site else f"system {profile.get('tag')}: site.{key}"
