@@ -60,6 +60,7 @@ def test_llm_jobs_get_caramls_site_settings(tag):
     srun = _srun(script)
     assert f" --cpus-per-task={cpus} " in srun and f" --cpu-bind={cpu_bind} " in srun
     assert (f" --mpi={mpi} " in srun) == bool(mpi)
+    assert " energy_files=caraml " in srun  # CARAML's LLM jobs always write jpwr's energy files
 
 
 @pytest.mark.parametrize("tag", list(IC))
