@@ -246,7 +246,12 @@ def launch_command(args) -> int:
     opts = jobscript.JobOptions(results=results, python=args.python or sys.executable,
                                 record=_absolute(args.record), done_file=_absolute(args.done_file), site=site)
     log = _absolute(args.log) or str(Path(f"caraml-{point.id}-%j.out").resolve())
-    sys.stdout.write(jobscript.render(point, systems.get(point.system), opts, log))
+    profile = systems.get(point.system)
+    sys.stdout.write(jobscript.render(point, profile, opts, log))
+    from caraml.campaign import container
+
+    for line in container.missing({**profile, "site": systems.site(profile, point.workload, site)}):
+        print(f"caraml: {line}", file=sys.stderr)  # the script is still printed: it runs once this is done
     return 0
 
 
