@@ -120,7 +120,7 @@ def test_print_shows_the_commands(site):
     tmp, env = site
     out = caraml("container", "prepare", "--system", "FAKE", "--print", env=env, check=0).stdout.splitlines()
     assert len(out) == 3 and all(line.startswith("apptainer exec --bind ") for line in out)
-    assert " -m venv --system-site-packages " in out[0]
+    assert " -m venv --system-site-packages --without-pip " in out[0]
     assert "-m pip install --no-index --find-links" in out[1] and out[1].endswith("--no-deps caraml")
     assert out[2].endswith(" caraml-test-dep")
     wheels = caraml("container", "wheels", "--system", "FAKE", "--print", env=env, check=0).stdout.splitlines()

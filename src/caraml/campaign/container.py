@@ -156,12 +156,13 @@ def wheel_commands(profile: dict) -> list[list[str]]:
 
 def prepare_commands(profile: dict, env: Path) -> list[list[str]]:
     """venv over the image's python, then caraml (without its torch-level requirements: the image has torch) and the
-    small packages, from the wheel folder only."""
+    small packages, from the wheel folder only. The venv gets no pip of its own (many images lack ensurepip): the
+    image's pip, seen through the system site-packages, installs into the venv it runs in."""
     wheels, python = str(wheel_dir(profile)), _site(profile).get("container_python", "python3")
     binds = [str(env.parent), wheels]
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--no-index", "--find-links", wheels,
            "--disable-pip-version-check", "--quiet"]
-    cmds = [_in_image(profile, binds, [python, "-m", "venv", "--system-site-packages", str(env)]),
+    cmds = [_in_image(profile, binds, [python, "-m", "venv", "--system-site-packages", "--without-pip", str(env)]),
             _in_image(profile, binds, [*pip, "--no-deps", "caraml"])]
     if packages(profile):
         cmds.append(_in_image(profile, binds, [*pip, *packages(profile)]))
