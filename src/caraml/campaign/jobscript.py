@@ -51,7 +51,7 @@ def site_value_problem(key: str, value) -> str | None:
     if key not in SITE_VALUES or value in (None, ""):
         return None
     pattern, what = SITE_VALUES[key]
-    return None if isinstance(value, str) and pattern.match(value) else f"it must be {what}"
+    return None if isinstance(value, str) and pattern.fullmatch(value) else f"it must be {what}"
 
 
 def job_site(point: SweepPoint, profile: dict, opts: JobOptions) -> dict:
