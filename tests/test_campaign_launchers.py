@@ -17,7 +17,7 @@ TORCHRUN = ["-m", "torch.distributed.run"]
 def _job(nodes: int, per_node: int, slurm_step: bool, launcher: str = "torchrun") -> Job:
     point = SweepPoint(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
                        params={"batch_size": 8}, nodes=nodes, devices_per_node=per_node, launcher=launcher)
-    return Job(point, "/py", RUN, slurm_step=slurm_step, rdzv_port=29400)
+    return Job(point, "/py", RUN, slurm_step=slurm_step)
 
 
 def test_registry_names_the_three_launchers():
@@ -44,7 +44,7 @@ def test_torchrun_standalone_here_and_at_the_first_host_in_a_job_step(nodes):
     words = torchrun.command(_job(nodes, 4, True))
     assert words == ["bash", "-c", 'trap "" USR2; exec "$@"', "caraml-torchrun", "/py", *TORCHRUN,
                      f"--nnodes={nodes}", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                     '--rdzv-endpoint="$caraml_head":29400', '--rdzv-id="$SLURM_JOB_ID"', "-m", "caraml", *RUN]
+                     '--rdzv-endpoint="$caraml_head":"$MASTER_PORT"', '--rdzv-id="$SLURM_JOB_ID"', "-m", "caraml", *RUN]
     assert [w for w in words if isinstance(w, ShellWord)] == words[10:12]  # only these reach the shell unquoted
     assert tasks_per_node(torchrun, 4) == 1
 
@@ -105,6 +105,6 @@ def test_suite_launcher_names_come_from_the_registry(tmp_path):
     assert point.launcher == "single"
     script = jobscript.render(point, systems.get("CPU"), jobscript.JobOptions(results="/r", python="/py"), "/l")
     assert "#SBATCH --ntasks-per-node=1" in script
-    assert "srun --nodes=1 --ntasks-per-node=1 /py -m caraml run image_classification " in script
+    assert "srun --nodes=1 --ntasks-per-node=1 --cpus-per-task=2 /py -m caraml run image_classification " in script
     with pytest.raises(BadInput, match="launcher=single runs one process, and the point has 2 devices"):
         _plan(tmp_path, 2)

@@ -13,6 +13,7 @@ from caraml import systems
 from caraml.campaign import container, jobscript
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import SweepPoint, expand
+from caraml.errors import BadInput
 
 GOLDEN = Path(__file__).parent / "golden"
 OPTS = jobscript.JobOptions(results="/scratch/caraml results", python="/usr/bin/python3", source="/opt/caraml/src")
@@ -31,12 +32,29 @@ def _profile(tag: str, **site) -> dict:
     return p
 
 
+@pytest.mark.subprocess  # bash -n
 def test_golden_llm_13b_on_jupiter_with_container():
+    """CARAML's 13B job on JUPITER: its queue (jureap), environment, srun binding, the site flags given on the command
+    line, srun --cpus-per-task, a rendezvous port from the job id, the image's prepared environment."""
     point = expand(suite_mod.load("llm_training"), {"13B"}, "JUPITER")[0]
-    profile = _profile("JUPITER", account="jscbench", reservation="bench", constraint="hopper",
-                       sbatch_lines=["--exclusive"], env={"NCCL_DEBUG": "WARN"}, srun_args=["--cpu-bind=none"],
-                       container_dir="/p/containers")
-    _check_golden("llm_13B_JUPITER.sh", jobscript.render(point, profile, OPTS, "/scratch/logs/%j.out"))
+    site_env = {**systems.get("JUPITER")["site"]["env"], "NCCL_DEBUG": "WARN"}
+    profile = _profile("JUPITER", sbatch_lines=["--mail-type=END"], env=site_env, container_dir="/p/containers")
+    opts = jobscript.JobOptions(results=OPTS.results, python=OPTS.python, source=OPTS.source,
+                                site={"account": "jscbench", "reservation": "bench", "qos": "normal",
+                                      "constraint": "hopper", "exclusive": True})
+    script = jobscript.render(point, profile, opts, "/scratch/logs/%j.out")
+    _check_golden("llm_13B_JUPITER.sh", script)
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    for line in ("#SBATCH --partition=jureap", "#SBATCH --account=jscbench", "#SBATCH --qos=normal",
+                 "#SBATCH --reservation=bench", "#SBATCH --constraint=hopper", "#SBATCH --exclusive",
+                 "#SBATCH --time=01:15:00", "#SBATCH --cpus-per-task=72", "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+                 "export NCCL_SOCKET_IFNAME=ib0", "export GLOO_SOCKET_IFNAME=ib0", "export NCCL_IB_TIMEOUT=50",
+                 "export UCX_RC_TIMEOUT=4s", "export NCCL_IB_RETRY_CNT=10", "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+                 "export NCCL_DEBUG=WARN", "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))"):
+        assert line in script.splitlines(), line
+    srun = next(ln for ln in script.splitlines() if ln.startswith("srun "))
+    assert srun.startswith("srun --nodes=44 --ntasks-per-node=1 --cpus-per-task=72 --cpu-bind=v --mpi=pmi2 apptainer")
+    assert " /p/containers/envs/nvcr.io_nvidia_pytorch_24.09-py3-not-pulled/bin/python -m torch.distributed.run" in srun
 
 
 def test_golden_image_classification_srun_per_gpu_without_container():
@@ -52,8 +70,7 @@ def test_every_value_stays_data(tmp_path):
     nasty = "x $(touch PWNED) `touch PWNED2` 'q' \"d\" ; rm -rf ~"
     point = SweepPoint(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
                   params={"model": nasty, "batch_size": 8}, shown={"model": nasty})
-    profile = _profile("CPU", partition="debug $(touch PWNED3)", hostname_suffix="i'; touch PWNED4; '",
-                       env={"CARAML_NOTE": "a b $(touch PWNED5)"})
+    profile = _profile("CPU", hostname_suffix="i'; touch PWNED4; '", env={"CARAML_NOTE": "a b $(touch PWNED5)"})
     script = jobscript.render(point, profile, OPTS, str(tmp_path / "log %j.out"))
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     # Run the script's shell lines with real bash, `srun` printing its arguments instead of launching.
@@ -63,9 +80,10 @@ def test_every_value_stays_data(tmp_path):
     proc = subprocess.run(["bash", "-c", body + "\n"], capture_output=True, cwd=tmp_path, env=env)
     args = proc.stdout.decode().split("\0")
     assert f"model={nasty}" in args
-    assert "--rdzv-endpoint=node1i'; touch PWNED4; ':29500" in args
+    assert "--rdzv-endpoint=node1i'; touch PWNED4; ':20007" in args  # the port from the job id (7)
     assert not list(tmp_path.glob("PWNED*"))
-    assert "#SBATCH --partition='debug $(touch PWNED3)'" in script
+    with pytest.raises(BadInput, match=r"^system CPU: site.partition = 'debug \$\(touch PWNED3\)' is not valid"):
+        jobscript.render(point, _profile("CPU", partition="debug $(touch PWNED3)"), OPTS, "/tmp/x.out")
     assert "export CARAML_NOTE='a b $(touch PWNED5)'" in script
 
 

@@ -372,7 +372,7 @@ def test_job_scripts_carry_no_control_characters(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("site", ['env = {K = "a\\u0000b"}', 'partition = "gpu\\u0000"',
-                                  'sbatch_lines = ["--x\\u0000"]', 'container_python = "py\\u001b[2J"'], ids=ID)
+                                  'sbatch_lines = ["--x\\u0000"]', 'container_dir = "c\\u001b[2J"'], ids=ID)
 def test_site_values_with_control_characters_are_refused_in_job_scripts(tmp_path, monkeypatch, capsys, site):
     (tmp_path / "H100.toml").write_text(f'[site]\ncontainer = "img.sif"\n{site}\n')
     monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))

@@ -45,7 +45,34 @@ def _add_sweep_parser(sub, results_default: str) -> None:
                        help="refuse a suite that expands to more points than this (default: %(default)s)")
     sweep.add_argument("--python", help="interpreter the points run with (default: this one)")
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
+    sweep.add_argument("--array", nargs="?", const=0, type=_positive, metavar="N",
+                       help="with --executor slurm: one job array per sweep (per job shape) instead of one job per "
+                            "point; N runs at most N of its points at once (sbatch --array=...%%N)")
+    _add_site_arguments(sweep)
     sweep.set_defaults(func=sweep_command)
+
+
+SITE_FLAGS = ("account", "partition", "qos", "reservation", "constraint")
+
+
+def _add_site_arguments(parser) -> None:
+    group = parser.add_argument_group("site settings of the SLURM jobs (over the system profile's)")
+    for key in SITE_FLAGS:
+        group.add_argument(f"--{key}", help=f"sbatch --{key} of every job")
+    group.add_argument("--exclusive", action="store_const", const=True, default=None,
+                       help="sbatch --exclusive: whole nodes for each job")
+
+
+def site_overrides(args) -> dict:
+    """The site settings given on the command line, each checked: a bad one is one line (exit 2)."""
+    from caraml.campaign.jobscript import site_value_problem
+
+    given = {key: getattr(args, key) for key in (*SITE_FLAGS, "exclusive") if getattr(args, key) is not None}
+    for key, value in given.items():
+        problem = site_value_problem(key, value) if value != "" else f"it must not be empty (leave --{key} out)"
+        if problem:
+            raise BadInput(f"--{key} '{shown(value, 80)}' is not valid; {problem}")
+    return given
 
 
 def _add_container_parser(sub) -> None:
@@ -55,6 +82,15 @@ def _add_container_parser(sub) -> None:
     pull.add_argument("--system", required=True, help="system profile tag")
     pull.add_argument("--print", action="store_true", help="print the command instead of running it")
     pull.set_defaults(func=container_command)
+    wheels = cont_sub.add_parser("wheels", help="fill the wheel folder jobs' environments are installed from: "
+                                 "caraml's wheel and its small dependencies for the image's Python (needs network)")
+    prepare = cont_sub.add_parser("prepare", help="make the image's environment (venv over its python and torch, "
+                                  "caraml from the wheel folder); job scripts run with it; cached per image")
+    for parser in (wheels, prepare):
+        parser.add_argument("--system", required=True, help="system profile tag")
+        parser.add_argument("--workload", help="a workload whose own site settings name another image")
+        parser.add_argument("--print", action="store_true", help="print the commands instead of running them")
+        parser.set_defaults(func=container_command)
 
 
 def _add_launch_parser(sub, results_default: str) -> None:
@@ -80,6 +116,7 @@ def _add_launch_parser(sub, results_default: str) -> None:
     p.add_argument("--record", help="with --script: the job writes the run record (JSON) to this file")
     p.add_argument("--done-file", help="with --script: the job creates this file when it ends, however it ends")
     p.add_argument("--log", help="with --script: the job's output file (default: caraml-<id>-%%j.out here)")
+    _add_site_arguments(p)
     p.set_defaults(func=launch_command)
 
 
@@ -109,11 +146,18 @@ def sweep_command(args) -> int:
         raise BadInput("name a suite (caraml sweep --list shows the shipped ones) or use --continue")
     if args.json and not args.dry_run and args.show is None:
         raise BadInput("--json goes with --dry-run (a real sweep saves records; see `caraml result`)")
+    site = site_overrides(args)
+    if args.executor != "slurm" and (site or args.array is not None):
+        flag = "--array" if args.array is not None else f"--{next(iter(site))}"
+        raise BadInput(f"{flag} shapes SLURM jobs: it goes with --executor slurm")
     executor = get_executor(args.executor)
+    if args.array is not None:
+        executor.array = args.array
     if args.python is not None and args.executor == "local":  # a SLURM job's interpreter lives on the nodes
         _check_python(args.python)
     plan = sweep.plan(args.suite, args.tag, args.system, parse_assignments(args.overrides),
                       need_system=executor.needs_system, max_points=args.max_points)
+    plan.site = site
     if args.show is not None:
         from caraml.show import show_point
 
@@ -148,10 +192,26 @@ def container_command(args) -> int:
     from caraml import systems
     from caraml.campaign import container
 
-    cmd = container.pull_command(systems.get(args.system))
+    profile = systems.get(args.system)
+    profile = {**profile, "site": systems.site(profile, getattr(args, "workload", None))}
+    if args.action == "pull":
+        cmds = [container.pull_command(profile)]
+    elif args.action == "wheels":
+        cmds = container.wheel_commands(profile)
+    else:
+        cmds = container.prepare_commands(profile, container.env_dir(profile))
     if args.print:
-        print(" ".join(shlex.quote(w) for w in cmd))
+        for cmd in cmds:
+            print(" ".join(shlex.quote(w) for w in cmd))
         return 0
+    if args.action == "wheels":
+        print(f"caraml: wheel folder {container.make_wheels(profile)} is ready", file=sys.stderr)
+        return 0
+    if args.action == "prepare":
+        env, made = container.prepare(profile)
+        print(f"caraml: environment {env} " + ("prepared" if made else "was already prepared"), file=sys.stderr)
+        return 0
+    cmd = cmds[0]
     if shutil.which("apptainer") is None:
         raise BadInput("apptainer is not on PATH; install Apptainer (or load its module) to pull "
                        f"{cmd[-1]}, or use --print to see the command")
@@ -163,7 +223,8 @@ def launch_command(args) -> int:
     from caraml.campaign import jobscript, launchers, sweep
     from caraml.params import parse_assignments
 
-    script_only = [name for name in ("record", "done_file", "log") if getattr(args, name)]
+    site = site_overrides(args)
+    script_only = [name for name in ("record", "done_file", "log") if getattr(args, name)] + list(site)
     if script_only and not args.script:
         raise BadInput(f"--{script_only[0].replace('_', '-')} goes with --script (it shapes the SLURM job)")
     point = sweep.one_point(args.suite, parse_assignments(args.params), args.system, args.tag, args.preset)
@@ -183,9 +244,14 @@ def launch_command(args) -> int:
     from caraml import systems
 
     opts = jobscript.JobOptions(results=results, python=args.python or sys.executable,
-                                record=_absolute(args.record), done_file=_absolute(args.done_file))
+                                record=_absolute(args.record), done_file=_absolute(args.done_file), site=site)
     log = _absolute(args.log) or str(Path(f"caraml-{point.id}-%j.out").resolve())
-    sys.stdout.write(jobscript.render(point, systems.get(point.system), opts, log))
+    profile = systems.get(point.system)
+    sys.stdout.write(jobscript.render(point, profile, opts, log))
+    from caraml.campaign import container
+
+    for line in container.missing({**profile, "site": systems.site(profile, point.workload, site)}):
+        print(f"caraml: {line}", file=sys.stderr)  # the script is still printed: it runs once this is done
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Apptainer: the image a system profile names, the command that pulls it, the prefix that runs in it.
+"""Apptainer: the image a system profile names, the command that pulls it, the prefix that runs in it, and the
+prepared environment (caraml and its small dependencies over the image's own python and torch) jobs run with.
 
 A profile's `site.container_image` is a local `.sif` file or a registry URI (`docker://...`);
 a URI is pulled once to `site.container_dir` (default ~/.cache/caraml/containers) as a `.sif`.
@@ -6,8 +7,16 @@ a URI is pulled once to `site.container_dir` (default ~/.cache/caraml/containers
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import importlib.util
+import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from caraml.errors import BadInput
@@ -46,3 +55,171 @@ def pull_command(profile: dict) -> list[str]:
         raise BadInput(f"system {profile['tag']} names no image to pull (site.container_image is "
                        f"'{ref or ''}'; a registry URI such as docker://nvcr.io/nvidia/pytorch:24.09-py3 is pulled)")
     return ["apptainer", "pull", sif_path(profile), ref]
+
+
+# The prepared environment: caraml inside the image ---------------------------------------------------------------
+# Job scripts run caraml with the image's own python and torch. A virtual environment made with
+# --system-site-packages over that python adds what the image lacks (caraml, pyyaml, rich, ...), installed from a
+# wheel folder without a package index, so compute nodes need no network. One environment per image file, keyed by
+# the file's path, size and mtime: a re-pulled image gets a fresh one; `.caraml-ready` is written last.
+
+READY = ".caraml-ready"
+BASE_PACKAGES = ("pyyaml>=6", "rich>=13", "tomli>=1.1; python_version < '3.11'")  # what in-job code imports
+VENDOR_PACKAGES = {"nvidia": ("nvidia-ml-py>=12",)}  # the NVML power backend
+
+
+def _site(profile: dict) -> dict:
+    return profile.get("site") or {}
+
+
+def _folder(profile: dict) -> Path:
+    folder = _site(profile).get("container_dir") or os.path.join("~", ".cache", "caraml", "containers")
+    return Path(os.path.expanduser(folder))
+
+
+def wheel_dir(profile: dict) -> Path:
+    """The wheel folder environments are installed from (site.container_wheels, default CONTAINER_DIR/wheels)."""
+    own = _site(profile).get("container_wheels")
+    return Path(os.path.expanduser(own)) if own else _folder(profile) / "wheels"
+
+
+def packages(profile: dict) -> list[str]:
+    """What the environment installs besides caraml (site.container_packages replaces the default list)."""
+    own = _site(profile).get("container_packages")
+    if own is not None:
+        return list(own)
+    return [*BASE_PACKAGES, *VENDOR_PACKAGES.get(profile.get("vendor", ""), ())]
+
+
+def image_key(sif: str) -> str | None:
+    """The image's identity: a hash of its real path, size and mtime; None while the file is missing."""
+    try:
+        st = os.stat(sif)
+    except OSError:
+        return None
+    ident = f"{os.path.realpath(sif)}\0{st.st_size}\0{st.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def env_dir(profile: dict) -> Path:
+    """The prepared environment of the profile's image (site.container_envs, default CONTAINER_DIR/envs)."""
+    sif = sif_path(profile)
+    own = _site(profile).get("container_envs")
+    root = Path(os.path.expanduser(own)) if own else _folder(profile) / "envs"
+    return root / f"{Path(sif).stem}-{image_key(sif) or 'not-pulled'}"
+
+
+def env_python(profile: dict) -> str:
+    """The interpreter job scripts run inside the image: the prepared environment's."""
+    return str(env_dir(profile) / "bin" / "python")
+
+
+def missing(profile: dict) -> list[str]:
+    """What a job of this system still lacks, one line each: the image file, the prepared environment."""
+    if image(profile) is None:
+        return []
+    sif, tag = sif_path(profile), profile.get("tag")
+    if not os.path.isfile(sif):
+        return [f"image {sif} is not pulled: caraml container pull --system {tag}"]
+    if not (env_dir(profile) / READY).is_file():
+        return [f"the environment for image {sif} is not prepared ({env_dir(profile)}): "
+                f"caraml container prepare --system {tag}"]
+    return []
+
+
+def _in_image(profile: dict, binds: list[str], argv: list[str]) -> list[str]:
+    return ["apptainer", "exec", "--bind", ",".join(sorted(set(binds))), sif_path(profile), *argv]
+
+
+def project_root() -> Path | None:
+    """The source tree caraml is built from (the folder with pyproject.toml); None for an installed caraml."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def wheel_commands(profile: dict) -> list[list[str]]:
+    """The commands that fill the wheel folder: caraml's own wheel (pure Python), built here; its dependencies
+    downloaded by the image's own pip, so that their Python version and platform are the image's."""
+    out, root = wheel_dir(profile), project_root()
+    if root is None:
+        raise BadInput("caraml's source tree (pyproject.toml) is not found beside this caraml; run `caraml container "
+                       "wheels` from a source checkout, or put a caraml wheel into " + str(out))
+    # a local setuptools builds it offline; without one, pip fetches setuptools for an isolated build
+    offline = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    cmds = [[sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "--wheel-dir", str(out), str(root)]]
+    if packages(profile):
+        python = _site(profile).get("container_python", "python3")
+        cmds.append(_in_image(profile, [str(out)], [python, "-m", "pip", "download", "--only-binary=:all:",
+                                                     "--dest", str(out), *packages(profile)]))
+    return cmds
+
+
+def prepare_commands(profile: dict, env: Path) -> list[list[str]]:
+    """venv over the image's python, then caraml (without its torch-level requirements: the image has torch) and the
+    small packages, from the wheel folder only. The venv gets no pip of its own (many images lack ensurepip): the
+    image's pip, seen through the system site-packages, installs into the venv it runs in."""
+    wheels, python = str(wheel_dir(profile)), _site(profile).get("container_python", "python3")
+    binds = [str(env.parent), wheels]
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--no-index", "--find-links", wheels,
+           "--disable-pip-version-check", "--quiet"]
+    cmds = [_in_image(profile, binds, [python, "-m", "venv", "--system-site-packages", "--without-pip", str(env)]),
+            _in_image(profile, binds, [*pip, "--no-deps", "caraml"])]
+    if packages(profile):
+        cmds.append(_in_image(profile, binds, [*pip, *packages(profile)]))
+    return cmds
+
+
+def _clean_env() -> dict:
+    """The host's Python settings stay out of the image: its packages would count as installed there."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    return {**env, "PYTHONNOUSERSITE": "1"}
+
+
+def require_apptainer() -> None:
+    if shutil.which("apptainer") is None:
+        raise BadInput("apptainer is not on PATH; install Apptainer (or load its module), or use --print to see "
+                       "the commands")
+
+
+def make_wheels(profile: dict) -> Path:
+    out = wheel_dir(profile)
+    cmds = wheel_commands(profile)
+    if len(cmds) > 1:
+        require_apptainer()
+    out.mkdir(parents=True, exist_ok=True)
+    for cmd in cmds:
+        _run(cmd, f"filling the wheel folder {out}")
+    return out
+
+
+def prepare(profile: dict) -> tuple[Path, bool]:
+    """Make the image's environment unless it is ready; (its folder, whether it was made now). Concurrent prepares of
+    one image wait for each other on a lock file; a half-made environment (no READY file) is made again."""
+    sif, tag = sif_path(profile), profile.get("tag")
+    if not os.path.isfile(sif):
+        raise BadInput(f"image {sif} is not pulled; pull it with `caraml container pull --system {tag}`")
+    wheels = wheel_dir(profile)
+    if not list(wheels.glob("caraml-*.whl")):
+        raise BadInput(f"no caraml wheel in {wheels}; fill it with `caraml container wheels --system {tag}` "
+                       "(on a machine with network access)")
+    require_apptainer()
+    env = env_dir(profile)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(env) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (env / READY).is_file():
+            return env, False
+        shutil.rmtree(env, ignore_errors=True)
+        for cmd in prepare_commands(profile, env):
+            _run(cmd, f"preparing {env}")
+        stamp = {"image": os.path.realpath(sif), "key": image_key(sif), "packages": packages(profile),
+                 "wheels": str(wheels)}
+        (env / READY).write_text(json.dumps(stamp, indent=1) + "\n")
+    return env, True
+
+
+def _run(cmd: list[str], doing: str) -> None:
+    print("+ " + " ".join(shlex.quote(w) for w in cmd), file=sys.stderr)
+    proc = subprocess.run(cmd, env=_clean_env())
+    if proc.returncode != 0:
+        raise BadInput(f"{doing} failed (exit {proc.returncode}) at: {' '.join(shlex.quote(w) for w in cmd[:8])} ...")

@@ -131,7 +131,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     launch.setdefault("devices_per_node", max(1, int(profile.get("devices_per_node", 1))))
     names = {**defaults, **chosen["params"], **chosen["vars"], **launch, "system": system}
     names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
-    names["cpus_per_task"] = _cpus_per_task(profile, launch)
+    names["cpus_per_task"] = _cpus_per_task(profile, launch, suite.workload)
     for name, alts in suite.entries["derived"].items():
         found, text = select(alts, active)
         if not found:
@@ -142,7 +142,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
         chosen[section][name] = value
         if name in ("nodes", "devices_per_node", "launcher"):
             names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
-            names["cpus_per_task"] = _cpus_per_task(profile, launch)
+            names["cpus_per_task"] = _cpus_per_task(profile, launch, suite.workload)
     nodes, per_node = _count(launch["nodes"], "nodes"), _count(launch["devices_per_node"], "devices_per_node")
     launcher = str(launch.get("launcher", launchers.DEFAULT))
     try:
@@ -193,11 +193,11 @@ def _count(value: Any, name: str) -> int:
     return n
 
 
-def _cpus_per_task(profile: dict, launch: dict) -> int:
+def _cpus_per_task(profile: dict, launch: dict, workload: str) -> int:
     """The CPUs each task of the point's job gets, as its job script asks for them (caraml.campaign.slurm): the
     profile's site.cpus_per_task for one task per node (torchrun, single), a device's share of it for srun's task
     per device; 0 when the profile names none. Derived values may use it (`workers: cpus_per_task // 4`)."""
-    raw = (profile.get("site") or {}).get("cpus_per_task") or 0
+    raw = systems.site(profile, workload).get("cpus_per_task") or 0
     try:
         cpus = int(raw)
     except (TypeError, ValueError):

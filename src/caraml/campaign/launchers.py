@@ -33,7 +33,6 @@ class Job:
     python: str
     run: tuple[str, ...]  # the words after `-m caraml`
     slurm_step: bool = False  # a step of a SLURM job: ranks meet at its first host; slurmstepd signals them all
-    rdzv_port: int = 29500
 
 
 class Launcher(Protocol):
@@ -76,7 +75,7 @@ class Torchrun:
         # signal; the workers, signalled by slurmstepd like every process of the step, stop cleanly.
         return ["bash", "-c", 'trap "" USR2; exec "$@"', "caraml-torchrun", job.python, "-m", "torch.distributed.run",
                 f"--nnodes={p.nodes}", f"--nproc-per-node={p.devices_per_node}", "--rdzv-backend=c10d",
-                ShellWord(f'--rdzv-endpoint="$caraml_head":{int(job.rdzv_port)}'),
+                ShellWord('--rdzv-endpoint="$caraml_head":"$MASTER_PORT"'),  # the job script's port
                 ShellWord('--rdzv-id="$SLURM_JOB_ID"'), "-m", "caraml", *job.run]
 
     def problem(self, nodes: int, devices_per_node: int) -> str | None:

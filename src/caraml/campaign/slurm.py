@@ -1,8 +1,11 @@
-"""The SLURM executor: one batch job per point (its script from jobscript.py), submitted with sbatch; later,
-`caraml sweep --continue` collects what the jobs recorded, and records the jobs that ended without a record."""
+"""The SLURM executor: one batch job per point (its script from jobscript.py), or with `--array` one job array per
+job shape whose tasks run those same scripts, submitted with sbatch; later, `caraml sweep --continue` collects what
+the jobs recorded, and records the jobs that ended without a record. An array's task is known as JOB_TASK
+(`1234_0`), as SLURM names it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -13,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from caraml import systems
-from caraml.campaign import jobscript, state, sweep
+from caraml.campaign import container, jobscript, state, sweep
 from caraml.campaign.expand import SweepPoint
 from caraml.errors import BadInput
 from caraml.paths import ensure_writable_dir
@@ -25,13 +28,18 @@ SUBMIT_COMMANDS = ("sbatch", "squeue", "scontrol")
 
 class SlurmExecutor:
     name, needs_system = "slurm", True
+    array: int | None = None  # --array [N]: one job array per job shape, at most N of its tasks at once (0: no limit)
 
     def dry_run(self, plan: sweep.Plan, results: str, python: str | None) -> list[str]:
         scripts = write_scripts(plan, results, python)
-        return [f"{len(scripts)} job scripts written to {scripts[0][1].parent}"]
+        notes = [f"{len(scripts)} job scripts written to {scripts[0][1].parent}"]
+        if self.array is not None:
+            arrays = write_arrays(plan, results, scripts, self.array)
+            notes.append(f"{len(arrays)} job array script(s): " + ", ".join(str(a) for a, _ in arrays))
+        return notes + container.missing(job_profile(plan))
 
     def run(self, plan: sweep.Plan, results: str, resume: bool, python: str | None) -> int:
-        counts = submit(plan, results, resume, python)
+        counts = submit(plan, results, resume, python, self.array)
         print(f"caraml: {counts['submitted']} jobs submitted, {counts['skipped']} points skipped; "
               f"collect them with `caraml sweep --continue --results {results}`", file=sys.stderr)
         return 0
@@ -53,10 +61,16 @@ def job_paths(results: str, point: SweepPoint) -> tuple[Path, str]:
     return root / "jobs" / f"{point.id}.sh", str(root / "logs" / f"{point.id}-%j.out")
 
 
+def job_profile(p: sweep.Plan) -> dict:
+    """The system profile with the site settings the plan's jobs get (its workload's own, the command line's)."""
+    profile = systems.get(p.system)
+    return {**profile, "site": systems.site(profile, p.suite.workload, p.site)}
+
+
 def write_scripts(p: sweep.Plan, results: str, python: str | None) -> list[tuple[SweepPoint, Path]]:
     profile = systems.get(p.system)
     ensure_writable_dir(results)
-    opts = jobscript.JobOptions(results=str(Path(results).resolve()), python=python or sys.executable)
+    opts = jobscript.JobOptions(results=str(Path(results).resolve()), python=python or sys.executable, site=p.site)
     out = []
     for point in p.points:
         script, log = job_paths(results, point)
@@ -68,22 +82,87 @@ def write_scripts(p: sweep.Plan, results: str, python: str | None) -> list[tuple
     return out
 
 
-def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dict[str, int]:
+def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Path]], throttle: int
+                 ) -> list[tuple[Path, list[tuple[SweepPoint, Path]]]]:
+    """One job array per job shape (nodes, tasks, CPUs, time, queue: the points' #SBATCH lines but name and log):
+    task i runs the i-th point's own job script, whose #SBATCH lines are then comments."""
+    profile = systems.get(p.system)
+    opts = jobscript.JobOptions(results=str(Path(results).resolve()), python="", site=p.site)
+    groups: dict[tuple[str, ...], list[tuple[SweepPoint, Path]]] = {}
+    for point, script in scripts:
+        lines = jobscript.sbatch_lines(point, jobscript.job_site(point, profile, opts), "")
+        shape = tuple(x for x in lines if not x.startswith(("--job-name=", "--output=")))
+        groups.setdefault(shape, []).append((point, script))
+    root = Path(results).resolve() / "sweep"
+    out = []
+    for shape, members in groups.items():
+        name = array_name(p, [point for point, _ in members])
+        limit = f"%{throttle}" if throttle else ""
+        text = "\n".join([
+            "#!/bin/bash",
+            f"# caraml job array: {len(members)} points of suite {jobscript.q(p.suite.name)} on {p.system}; "
+            "task i runs the i-th point's job script",
+            f"#SBATCH --job-name={name}",
+            *[f"#SBATCH {line}" for line in shape],
+            f"#SBATCH --array=0-{len(members) - 1}{limit}",
+            f"#SBATCH --output={jobscript.q(str(root / 'logs' / 'array-%A_%a.out'))}",
+            "",
+            "caraml_points=(" + " ".join(jobscript.q(str(script)) for _, script in members) + ")",
+            '# exec: the point\'s script becomes the batch shell, so the warning signal reaches its trap',
+            'exec bash "${caraml_points[$SLURM_ARRAY_TASK_ID]}"',
+            "",
+        ])
+        path = root / "jobs" / f"{name}.sh"
+        path.write_text(text)
+        path.chmod(0o755)
+        out.append((path, members))
+    return out
+
+
+def array_name(p: sweep.Plan, points: list[SweepPoint]) -> str:
+    digest = hashlib.sha256(" ".join(point.id for point in points).encode()).hexdigest()[:16]
+    return f"caraml-{p.suite.workload}-array-{digest}"
+
+
+def _entry(p: sweep.Plan, point: SweepPoint, script: Path, job_name: str) -> dict:
+    return {"point": point.as_json() | {"shown": point.shown}, "script": str(script), "suite": p.suite.name,
+            "submitted_at": rec.now(), "state": state.SUBMITTING, "status": None, "job_name": job_name,
+            "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
+
+
+def ensure_container(p: sweep.Plan) -> None:
+    """Before anything is submitted: the image must be pulled; its environment is prepared here when it is not."""
+    profile = job_profile(p)
+    for line in container.missing(profile):
+        if "not pulled" in line:
+            raise BadInput(line)
+        print(f"caraml: {line}; preparing it now", file=sys.stderr)
+        container.prepare(profile)
+
+
+def submit(p: sweep.Plan, results: str, resume: bool, python: str | None, array: int | None = None
+           ) -> dict[str, int]:
     sweep.check_runnable(p)
     require_commands()
+    ensure_container(p)
     data = recover_submissions(results)
     done = sweep.ok_ids(results) if resume else set()
     waiting = {e["point"]["id"] for e in data["jobs"].values() if e["state"] == "submitted"}
     counts = {"submitted": 0, "skipped": 0}
+    todo = []
     for point, script in write_scripts(p, results, python):
         if point.id in done or (resume and point.id in waiting):
             counts["skipped"] += 1
             print(f"caraml: {point.id} {'already ok' if point.id in done else 'already submitted'}, skipped",
                   file=sys.stderr)
             continue
-        entry = {"point": point.as_json() | {"shown": point.shown}, "script": str(script), "suite": p.suite.name,
-                 "submitted_at": rec.now(), "state": state.SUBMITTING, "status": None,
-                 "job_name": jobscript.job_name(point), "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
+        todo.append((point, script))
+    if array is not None:
+        for script, members in (write_arrays(p, results, todo, array) if todo else []):
+            counts["submitted"] += _submit_array(p, results, script, members)
+        return counts
+    for point, script in todo:
+        entry = _entry(p, point, script, jobscript.job_name(point))
         intent = state.intent_key(point.id)
         state.update(results, {intent: entry})  # before sbatch: a kill right after it still leaves the job findable
         job_id = sbatch(script)
@@ -92,6 +171,19 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None) -> dic
         counts["submitted"] += 1
         print(f"caraml: {point.id} submitted as job {job_id}", file=sys.stderr)
     return counts
+
+
+def _submit_array(p: sweep.Plan, results: str, script: Path, members: list[tuple[SweepPoint, Path]]) -> int:
+    name = array_name(p, [point for point, _ in members])
+    entries = {state.intent_key(point.id): _entry(p, point, path, name) | {"array_index": i}
+               for i, (point, path) in enumerate(members)}
+    state.update(results, entries)
+    job_id = sbatch(script)
+    state.update(results, {f"{job_id}_{e['array_index']}": e | {"state": "submitted"} for e in entries.values()},
+                 drop=tuple(entries))
+    for i, (point, _) in enumerate(members):
+        print(f"caraml: {point.id} submitted as job {job_id}_{i}", file=sys.stderr)
+    return len(members)
 
 
 def collect(results: str) -> dict:
@@ -105,9 +197,11 @@ def collect(results: str) -> dict:
     waiting = queued(open_jobs)
     by_job = {}
     for r in Store(results).load(warn=False):
-        job = ((r.get("env") or {}).get("slurm") or {}).get("SLURM_JOB_ID")
-        if job:
-            by_job[str(job)] = r
+        slurm_env = (r.get("env") or {}).get("slurm") or {}
+        if slurm_env.get("SLURM_JOB_ID"):
+            by_job[str(slurm_env["SLURM_JOB_ID"])] = r
+        if slurm_env.get("SLURM_ARRAY_JOB_ID") and slurm_env.get("SLURM_ARRAY_TASK_ID") is not None:
+            by_job[f"{slurm_env['SLURM_ARRAY_JOB_ID']}_{slurm_env['SLURM_ARRAY_TASK_ID']}"] = r
     report = {"collected": {}, "queued": {}}
     for job_id in open_jobs:
         entry = data["jobs"][job_id]
@@ -138,6 +232,8 @@ def recover_submissions(results: str) -> dict:
     intents = {k: e for k, e in data["jobs"].items() if e.get("state") == state.SUBMITTING and _owner_gone(e)}
     for key, entry in intents.items():
         job_id = job_by_name(entry["job_name"]) if isinstance(entry.get("job_name"), str) else None
+        if job_id and isinstance(entry.get("array_index"), int):  # a task of a job array
+            job_id = f"{job_id}_{entry['array_index']}"
         found = {job_id: entry | {"state": "submitted"}} if job_id else {}
         data = state.update(results, found, drop=(key,))
         print(f"caraml: {entry['point']['id']} " + (f"was submitted as job {job_id} by a sweep that stopped before "
@@ -169,13 +265,14 @@ def _owner_gone(entry: dict) -> bool:
 
 # the SLURM commands -------------------------------------------------------------------------------
 def job_by_name(name: str) -> str | None:
-    """The newest job of this name that SLURM's queue or, once it ended, its accounting knows; None if neither."""
-    proc = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True)
+    """The newest job of this name that SLURM's queue or, once it ended, its accounting knows; None if neither.
+    For a job array: the array's job id (%F; sacct's `1234_0` cut at the task)."""
+    proc = subprocess.run(["squeue", "-h", "-n", name, "-o", "%F"], capture_output=True, text=True)
     ids = proc.stdout.split() if proc.returncode == 0 else []
     if not ids and shutil.which("sacct"):
         proc = subprocess.run(["sacct", "-n", "-X", "-P", "--name", name, "-o", "JobID"], capture_output=True,
                               text=True)
-        ids = proc.stdout.split() if proc.returncode == 0 else []
+        ids = [i.split("_")[0] for i in proc.stdout.split()] if proc.returncode == 0 else []
     ids = [i for i in ids if i.isdigit()]
     return max(ids, key=int) if ids else None
 def require_commands(names=SUBMIT_COMMANDS) -> None:
@@ -197,7 +294,9 @@ def queued(job_ids: list[str]) -> dict[str, str]:
     """Job id -> state (PENDING, RUNNING, ...) for the jobs SLURM still holds in its queue."""
     if not job_ids:
         return {}
-    proc = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True, text=True)
+    # -r: an array's pending tasks one per line (`1234_5`), not folded into `1234_[5-9]`
+    proc = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
+                          text=True)
     out = {}
     for line in proc.stdout.splitlines():
         parts = line.split()

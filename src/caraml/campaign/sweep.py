@@ -21,6 +21,7 @@ class Plan:
     system: str
     tags: list[str]
     points: list[SweepPoint] = field(default_factory=list)
+    site: dict = field(default_factory=dict)  # site settings from the command line (--partition, ...) for SLURM jobs
 
 
 def plan(suite_name: str, tags: list[str], system: str | None, overrides: dict[str, str],
@@ -100,5 +101,5 @@ def missing_record(point: dict, status: str, error: str, job_id: str | None = No
 
 def point_time_limit(point: SweepPoint) -> str:
     """The same limit the point's SLURM job script asks for."""
-    site = systems.get(point.system).get("site", {})
+    site = systems.site(systems.get(point.system), point.workload)
     return str(point.time_limit or site.get("time_limit") or "01:00:00")

@@ -113,7 +113,11 @@ def _slurm(r) -> dict:
 
 
 def _site(r) -> dict:
-    return ((r.get("system") or {}).get("profile") or {}).get("site") or {}
+    """The site settings the record's workload had on its system (a workload's own queue and CPUs included)."""
+    from caraml import systems
+
+    profile = (r.get("system") or {}).get("profile")
+    return systems.site(profile if isinstance(profile, dict) else {}, str(r.get("workload") or "")) or {}
 
 
 def _runtime_s(r):

@@ -39,6 +39,7 @@ def _number(v) -> bool:
 _WHOLE, _NUMBER, _TEXT = "a whole number, e.g. 4", "a number, e.g. 989.4", 'a string in quotes, e.g. "gpu"'
 _TEXTS, _NUMBERS = 'a list of strings, e.g. ["nvml"]', "a table of numbers, e.g. bf16 = 989.4"
 _NAMED_TEXTS, _TABLE = 'a table of strings, e.g. all = "a datasheet"', 'a table, e.g. env = {OMP_NUM_THREADS = "8"}'
+_BOOL, _ENV = "true or false", 'a table of strings, e.g. env = {NCCL_IB_TIMEOUT = "50"}'
 _KINDS = {
     _WHOLE: lambda v: isinstance(v, int) and not isinstance(v, bool),
     _NUMBER: _number,
@@ -47,19 +48,24 @@ _KINDS = {
     _NUMBERS: lambda v: isinstance(v, dict) and all(map(_number, v.values())),
     _NAMED_TEXTS: lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
     _TABLE: lambda v: isinstance(v, dict),
+    _BOOL: lambda v: isinstance(v, bool),
+    _ENV: lambda v: isinstance(v, dict) and all(isinstance(x, str) or _number(x) for x in v.values()),
 }
 # Every field a profile may set and what it must be: a site file with `cpus_per_task = "8; ..."` is one line
 # naming the file and the field when it is read, not a ValueError while job scripts are written.
+SITE_FIELDS = {
+    **{k: _TEXT for k in ("partition", "account", "constraint", "reservation", "qos", "container_image",
+                          "container_dir", "container_python", "container_wheels", "container_envs",
+                          "hostname_suffix", "time_limit", "gpu_option", "cpu_bind", "mpi")},
+    **{k: _WHOLE for k in ("gpus_per_node", "cpus_per_task", "signal_before_s", "rdzv_port")},
+    **{k: _TEXTS for k in ("sbatch_lines", "srun_args", "container_binds", "container_packages")},
+    "exclusive": _BOOL, "env": _ENV,
+}
 FIELDS = {
     "tag": _TEXT, "description": _TEXT, "vendor": _TEXT, "accelerator": _TEXT, "match": _TEXTS,
     "devices_per_node": _WHOLE, "memory_per_device_gb": _NUMBER, "power_methods": _TEXTS,
-    "peak_tflops": _NUMBERS, "peak_source": _NAMED_TEXTS, "site": _TABLE,
-    **{f"site.{k}": _TEXT for k in ("partition", "account", "constraint", "reservation", "qos", "container_image",
-                                     "container_dir", "container_python", "hostname_suffix", "time_limit",
-                                     "gpu_option")},
-    **{f"site.{k}": _WHOLE for k in ("gpus_per_node", "cpus_per_task", "signal_before_s", "rdzv_port")},
-    **{f"site.{k}": _TEXTS for k in ("sbatch_lines", "srun_args", "container_binds")},
-    "site.env": _TABLE,
+    "peak_tflops": _NUMBERS, "peak_source": _NAMED_TEXTS, "site": _TABLE, "site.workloads": _TABLE,
+    **{f"site.{k}": kind for k, kind in SITE_FIELDS.items()},
 }
 
 
@@ -68,7 +74,12 @@ def _read(path: Path) -> dict:
         data = tomllib.loads(path.read_text())
     except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, or not UTF-8
         raise BadInput(f"system profile {path} cannot be read: {shown(exc)}") from None
-    for key, kind in FIELDS.items():
+    checks = dict(FIELDS)
+    workloads = data["site"].get("workloads") if isinstance(data.get("site"), dict) else None
+    for name in workloads if isinstance(workloads, dict) else ():
+        checks[f"site.workloads.{name}"] = _TABLE  # a workload's own site settings: the same fields as [site]
+        checks.update({f"site.workloads.{name}.{k}": kind for k, kind in SITE_FIELDS.items()})
+    for key, kind in checks.items():
         value = data
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
@@ -167,6 +178,18 @@ def detect(device=None) -> str:
             )
         return tag
     return "CPU"
+
+
+def site(profile: dict, workload: str | None = None, overrides: dict | None = None) -> dict:
+    """The site settings a job of `workload` gets on this system: the profile's [site], its
+    [site.workloads.WORKLOAD] over it (CARAML's LLM jobs use another queue, more CPUs, more environment), then
+    `overrides` (the command line's --partition, --account, ...) over both; tables such as env merge key by key."""
+    base = profile.get("site")
+    base = dict(base) if isinstance(base, dict) else {}  # a stored record's profile may be anything
+    workloads = base.pop("workloads", None)
+    own = workloads.get(workload) if isinstance(workloads, dict) and workload else None
+    own = own if isinstance(own, dict) else {}
+    return _merge(_merge(base, own), {k: v for k, v in (overrides or {}).items() if v is not None})
 
 
 def peak_tflops(profile: dict, precision: str) -> float | None:
