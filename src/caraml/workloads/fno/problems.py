@@ -64,9 +64,8 @@ PIC2D_OPERATORS = {"caraml": "kbnufft", "grid2d": "nufft"}
 
 def with_operator(problem: Problem, pic2d_operator: str) -> Problem:
     """The problem as the PIC2D operator chosen makes it (other problems have one operator: unchanged)."""
-    if problem.name != "PIC2D":
-        return problem
-    return replace(problem, kind=PIC2D_OPERATORS[pic2d_operator])
+    kind = PIC2D_OPERATORS[pic2d_operator]
+    return replace(problem, kind=kind) if problem.name == "PIC2D" and problem.kind != kind else problem
 
 TRAIN_FRACTION = 0.8  # CARAML's split: the first 80 % of the samples train, the rest validate
 STEP_LR = (50, 0.5)  # StepLR(step_size=50 epochs, gamma=0.5) of the PIC configs
