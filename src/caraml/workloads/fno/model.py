@@ -344,7 +344,7 @@ class ParticleIndexNUFFT(nn.Module):
                     a = adjoint(units, kept, norm="ortho")[:, 0]  # [kX, P]; also a check that torchkbnufft can
             except RuntimeError as exc:
                 raise ValueError(f"torchkbnufft cannot place the first {kx} trajectory points at {p} particles in "
-                                 f"float32 ({str(exc).splitlines()[-1][:120]}); try other particles or modes")
+                                 f"float32 ({str(exc).splitlines()[-1][:120]}); try other particles or modes") from None
         if backend == "matrix":
             self.register_buffer("matrix", torch.cat([a.real, -a.imag]).contiguous(), persistent=False)
         else:
