@@ -209,7 +209,8 @@ class FNOBench:
         self.n_params = count_parameters(model)
         self.loss = loss_fn(pb.loss)
         self.flops = self._count_flops(spatial)
-        self.model = wrap_ddp(model, self.device, self.dist.world_size)
+        # the model's buffers are constants (the PIC2D trajectory and matrix, NUFFT tables): none to broadcast
+        self.model = wrap_ddp(model, self.device, self.dist.world_size, broadcast_buffers=False)
 
     def _build_optimizer(self) -> None:
         """Adam (CARAML's), and its learning-rate schedule per epoch: StepLR for PIC, cosine for RBC."""
