@@ -17,7 +17,8 @@ each of its points is built fresh after torch._dynamo.reset(). What each change 
 Beside them (issue 19): neuraloperator's FNO (2.0, optional: its points are skipped in one line where it does
 not import) at each RBC problem's width/modes/layers, configured as close to CARAML's as its options go, its
 parameter count beside ours, eager and compiled; `profile` points (torch.profiler, RBC2D eager): CUDA kernels
-and GPU time per step of the plain loop (real and complex weights), of neuraloperator's FNO (an independent
+and GPU time per step of the plain loop (real or complex weights; pointwise products as matmuls or as 1x1
+convolutions, CARAML's Conv1d), of neuraloperator's FNO (an independent
 FNO with complex weights and 1x1 convolutions) and of the benchmark's own step() built in this process
 without the harness (`caraml run`'s step time, with the harness, is in the caraml rows); PIC1D and PIC2D
 through `caraml run` with CARAML's operators, eager and compiled (PIC2D: torchkbnufft and the matrix backend).
@@ -164,6 +165,9 @@ def _plain_setup(spec: dict):
     else:
         model = build_model(pb, size["width"], size["modes"], pb.layers, complex_weights=spec["complex"],
                             half_spectral=spec.get("half", False)).to(device)
+        for module in model.modules():  # the pointwise products as 1x1 convolutions (CARAML's Conv1d)
+            if spec.get("conv1x1") and hasattr(module, "as_conv"):
+                module.as_conv = True
     optimizer = torch.optim.Adam(model.parameters(), lr=pb.lr, weight_decay=1e-5)
     loss_of = loss_fn(pb.loss)
     batches = [(torch.randn(size["batch"], pb.in_channels, *size["grid"], device=device),
@@ -259,14 +263,17 @@ def _kernels(run, sync, steps: int) -> dict:
 
 
 def profile_point(spec: dict) -> dict:
-    """RBC2D eager: the plain loop (real, complex weights), neuraloperator's FNO, and FNOBench.step() built in
-    this process (the benchmark's step without the harness); each timed, then profiled."""
+    """RBC2D eager: the plain loop (real or complex weights, pointwise products as matmuls or 1x1 convolutions),
+    neuraloperator's FNO, and FNOBench.step() built in this process (the benchmark's step without the harness);
+    each timed, then profiled."""
     from caraml.runner import RunSpec, build_bench
 
     problem = spec["problem"]
     warmup, steps = STEPS[problem]
     variants = {"plain_real": dict(POINTS[f"{problem}_plain_eager"]),
-                "plain_complex": {**POINTS[f"{problem}_plain_eager"], "complex": True}}
+                "plain_complex": {**POINTS[f"{problem}_plain_eager"], "complex": True},
+                "plain_conv1x1": {**POINTS[f"{problem}_plain_eager"], "conv1x1": True},
+                "plain_complex_conv1x1": {**POINTS[f"{problem}_plain_eager"], "complex": True, "conv1x1": True}}
     if not neuralop_missing():
         variants["neuralop"] = {**POINTS[f"{problem}_plain_eager"], "lib": "neuralop"}
     out = {"status": "ok", "variants": {}}

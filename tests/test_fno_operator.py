@@ -177,3 +177,14 @@ def test_spectral_conv_equals_neuraloperators_for_the_same_weights():
         got_real = t.inverse(real(t(x, None, False)), None, grid)
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
     assert torch.allclose(got_real, expected, atol=1e-5), (got_real - expected).abs().max()
+
+
+def test_pointwise_as_a_1x1_convolution_is_the_same_product():
+    from caraml.workloads.fno.model import Pointwise
+
+    torch.manual_seed(6)
+    layer = Pointwise(5, 7)
+    x = torch.randn(2, 5, 6, 4, 3)
+    plain = layer(x)
+    layer.as_conv = True
+    assert torch.allclose(layer(x), plain, atol=1e-6) and layer(x).shape == (2, 7, 6, 4, 3)
