@@ -1,6 +1,7 @@
 """FNO training benchmark on one GPU: a plain loop (this process) against `caraml run fno` (subprocesses).
 
-    PYTHONPATH=src python3 bench/fno_bench.py --out DIR [--only NAME,...] [--budget SECONDS] [--smoke]
+    PYTHONPATH=src python3 bench/fno_bench.py --out DIR [--only NAME,... | --group issue19] [--budget SECONDS]
+                                             [--smoke]
 
 RBC2D and RBC3D at CARAML's settings (widths 16/25, modes 12x12 / 12x12x6, 2 layers, batch 20,
 256x64 / 64x64x32 grids, Adam, relative L2 loss), synthetic data on the GPU (two batches alternated).
@@ -12,6 +13,16 @@ each of its points is built fresh after torch._dynamo.reset(). What each change 
   (FFTs and spectral products left eager, the pointwise parts compiled) and step (forward, loss and Adam)
 - compile modes default, reduce-overhead (CUDA graphs), max-autotune(-no-cudagraphs)
 - fp32 (TF32 matmuls, CARAML's 'high') vs fp16 autocast with GradScaler (CARAML's use_amp)
+
+Beside them (issue 19): neuraloperator's FNO (2.0, optional: its points are skipped in one line where it does
+not import) at each RBC problem's width/modes/layers, configured as close to CARAML's as its options go, its
+parameter count beside ours, eager and compiled; `profile` points (torch.profiler, RBC2D eager): CUDA kernels
+and GPU time per step of the plain loop (real or complex weights; pointwise products as matmuls or as 1x1
+convolutions, CARAML's Conv1d), of neuraloperator's FNO (an independent
+FNO with complex weights and 1x1 convolutions) and of the benchmark's own step() built in this process
+without the harness (`caraml run`'s step time, with the harness, is in the caraml rows); PIC1D and PIC2D
+through `caraml run` with CARAML's operators, eager and compiled (PIC2D: torchkbnufft and the matrix backend).
+`--group issue19` runs those (about 7 minutes on an H200).
 
 Prints samples/s per point, compiled/eager speedups, caraml/plain ratios and the goals (compiled never
 slower than eager, >= 1.3x eager on RBC2D training, caraml >= 0.98 x plain); writes fno_bench.json into
@@ -34,16 +45,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-STEPS = {"RBC2D": (20, 300), "RBC3D": (10, 100)}  # warm-up steps (compilation included), measured steps
+STEPS = {"RBC2D": (20, 300), "RBC3D": (10, 100), "PIC1D": (8, 40), "PIC2D": (8, 40)}  # warm-up, measured steps
 # --smoke: the whole script on a CPU with tiny shapes (a check of the script, not a measurement)
 SMOKE = {"RBC2D": {"width": 8, "modes": (4, 4), "grid": (32, 16), "batch": 4},
          "RBC3D": {"width": 8, "modes": (4, 4, 2), "grid": (16, 16, 8), "batch": 4}}
-RUN = {"device": "cuda", "smoke": False}
+# profile_steps: steps recorded by torch.profiler per variant (after its warm-up and timed steps)
+RUN = {"device": "cuda", "smoke": False, "profile_steps": 10}
 
 
 def _p(problem, **kw) -> dict:
     """A point: plain loop options (compile mode None = eager)."""
-    return {"problem": problem, "compile": None, "scope": "model", "complex": False, "amp": None, **kw}
+    return {"problem": problem, "compile": None, "scope": "model", "complex": False, "amp": None, "lib": "caraml",
+            **kw}
 
 
 def _c(problem, *params) -> dict:
@@ -83,11 +96,54 @@ POINTS = {
     "RBC2D_plain_max_autotune": _p("RBC2D", compile="max-autotune"),
     "RBC2D_plain_reduce_overhead_fp16": _p("RBC2D", compile="reduce-overhead", amp="fp16"),
     "RBC2D_plain_compiled_half_spectral_fp16": _p("RBC2D", compile="default", amp="fp16", half=True),
+    # issue 19: neuraloperator beside ours, the eager profile, PIC with CARAML's operators
+    "RBC2D_profile_eager": {"problem": "RBC2D", "profile": True},
+    "RBC2D_neuralop_eager": _p("RBC2D", lib="neuralop"),
+    "RBC2D_neuralop_compiled": _p("RBC2D", lib="neuralop", compile="default"),
+    "RBC3D_neuralop_eager": _p("RBC3D", lib="neuralop"),
+    "RBC3D_neuralop_compiled": _p("RBC3D", lib="neuralop", compile="default"),
+    "PIC1D_caraml_eager": _c("PIC1D"),
+    "PIC1D_caraml_compiled": _c("PIC1D", "compile=inductor"),
+    "PIC2D_caraml_eager": _c("PIC2D"),
+    "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
+    "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
+    "PIC2D_caraml_matrix_compiled": _c("PIC2D", "nufft_backend=matrix", "compile=inductor"),
+    "PIC2D_caraml_grid2d_compiled": _c("PIC2D", "pic2d_operator=grid2d", "compile=inductor"),
 }
+GROUPS = {"issue19": [  # in order of importance: the time budget cuts from the end
+    "RBC2D_profile_eager", "RBC2D_plain_eager", "RBC2D_caraml_eager", "RBC2D_neuralop_eager", "RBC2D_plain_compiled",
+    "RBC2D_caraml_compiled", "RBC2D_neuralop_compiled", "PIC2D_caraml_eager", "PIC2D_caraml_compiled",
+    "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "RBC3D_plain_eager", "RBC3D_neuralop_eager", "RBC3D_caraml_eager",
+    "RBC3D_plain_compiled", "RBC3D_neuralop_compiled", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_matrix_compiled",
+    "RBC3D_caraml_compiled", "PIC2D_caraml_grid2d_compiled"]}
 
 
 # the plain loop ------------------------------------------------------------------------------------------
-def plain(spec: dict) -> dict:
+def neuralop_fno(pb, size: dict):
+    """neuraloperator's FNO as close to CARAML's as its options go: one linear lift, linear 1x1 skips, no
+    positional embedding, no channel MLP, projection 4 x width; the same kept modes (its n_modes counts all kept
+    frequencies of a dim, the last before the rfft halving: 2 m - 2 keeps m)."""
+    from neuralop.models import FNO
+
+    modes = size["modes"]
+    n_modes = tuple(2 * m for m in modes[:-1]) + (2 * (modes[-1] - 1),)
+    return FNO(n_modes=n_modes, in_channels=pb.in_channels, out_channels=pb.out_channels,
+               hidden_channels=size["width"], n_layers=pb.layers, lifting_channel_ratio=0, projection_channel_ratio=4,
+               positional_embedding=None, use_channel_mlp=False, fno_skip="linear")
+
+
+def neuralop_missing() -> str | None:
+    """Why neuraloperator cannot be used here, or None."""
+    try:
+        import neuralop  # noqa: F401
+        from neuralop.models import FNO  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means: skip its points
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _plain_setup(spec: dict):
+    """(run(i): one training step, sync(), samples per step, model) for a plain-loop point."""
     import torch
 
     from caraml.workloads.fno.bench import loss_fn
@@ -98,15 +154,20 @@ def plain(spec: dict) -> dict:
     torch.set_float32_matmul_precision("high")
     torch.manual_seed(0)
     pb = PROBLEMS[spec["problem"]]
-    warmup, steps = STEPS[pb.name]
     device = torch.device(RUN["device"])
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
     size = SMOKE[pb.name] if RUN["smoke"] else {"width": pb.width, "modes": pb.modes, "grid": pb.grid,
                                                 "batch": pb.batch_size}
-    model = build_model(pb, size["width"], size["modes"], pb.layers, complex_weights=spec["complex"],
-                        half_spectral=spec.get("half", False)).to(device)
+    if spec.get("lib") == "neuralop":
+        model = neuralop_fno(pb, size).to(device)
+    else:
+        model = build_model(pb, size["width"], size["modes"], pb.layers, complex_weights=spec["complex"],
+                            half_spectral=spec.get("half", False)).to(device)
+        for module in model.modules():  # the pointwise products as 1x1 convolutions (CARAML's Conv1d)
+            if spec.get("conv1x1") and hasattr(module, "as_conv"):
+                module.as_conv = True
     optimizer = torch.optim.Adam(model.parameters(), lr=pb.lr, weight_decay=1e-5)
     loss_of = loss_fn(pb.loss)
     batches = [(torch.randn(size["batch"], pb.in_channels, *size["grid"], device=device),
@@ -141,6 +202,10 @@ def plain(spec: dict) -> dict:
             torch.compiler.cudagraph_mark_step_begin()
         step(*batches[i % 2])
 
+    return run, sync, size["batch"], model
+
+
+def _timed(run, sync, batch: int, warmup: int, steps: int) -> dict:
     start = time.perf_counter()
     run(0)
     sync()
@@ -154,8 +219,78 @@ def plain(spec: dict) -> dict:
         run(i)
     sync()
     wall = time.perf_counter() - start
-    return {"status": "ok", "samples_per_s": size["batch"] * steps / wall, "step_ms": wall / steps * 1e3,
+    return {"status": "ok", "samples_per_s": batch * steps / wall, "step_ms": wall / steps * 1e3,
             "first_step_s": first, "warmup_s": warm, "steps": steps}
+
+
+def plain(spec: dict) -> dict:
+    from caraml.workloads.fno.model import count_parameters
+
+    run, sync, batch, model = _plain_setup(spec)
+    warmup, steps = STEPS[spec["problem"]]
+    return {**_timed(run, sync, batch, warmup, steps), "params": count_parameters(model)}
+
+
+# the eager profile -------------------------------------------------------------------------------------
+def _kernels(run, sync, steps: int) -> dict:
+    """torch.profiler over `steps` steps: CUDA kernels (and copies/memsets) per step and their GPU time per
+    step, the busiest kernels by count; on a CPU (--smoke) the top-level aten ops per step instead."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = RUN["device"] == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            run(i)
+        sync()
+    events = prof.events()
+    if cuda:
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+        gpu_us = sum(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0) for e in kernels)
+    else:
+        kernels = [e for e in events if e.name.startswith("aten::") and not (
+            e.cpu_parent and e.cpu_parent.name.startswith("aten::"))]
+        gpu_us = None
+    counts = {}
+    for e in kernels:
+        counts[e.name] = counts.get(e.name, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:12]
+    return {"what": "CUDA kernels" if cuda else "top-level aten ops (CPU)", "per_step": len(kernels) / steps,
+            "gpu_ms_per_step": gpu_us / steps / 1e3 if gpu_us is not None else None,
+            "top": [{"name": name[:90], "per_step": n / steps} for name, n in top]}
+
+
+def profile_point(spec: dict) -> dict:
+    """RBC2D eager: the plain loop (real or complex weights, pointwise products as matmuls or 1x1 convolutions),
+    neuraloperator's FNO, and FNOBench.step() built in this process (the benchmark's step without the harness);
+    each timed, then profiled."""
+    from caraml.runner import RunSpec, build_bench
+
+    problem = spec["problem"]
+    warmup, steps = STEPS[problem]
+    variants = {"plain_real": dict(POINTS[f"{problem}_plain_eager"]),
+                "plain_complex": {**POINTS[f"{problem}_plain_eager"], "complex": True},
+                "plain_conv1x1": {**POINTS[f"{problem}_plain_eager"], "conv1x1": True},
+                "plain_complex_conv1x1": {**POINTS[f"{problem}_plain_eager"], "complex": True, "conv1x1": True}}
+    if not neuralop_missing():
+        variants["neuralop"] = {**POINTS[f"{problem}_plain_eager"], "lib": "neuralop"}
+    out = {"status": "ok", "variants": {}}
+    for name, vspec in [*variants.items(), ("caraml_bench_step", None)]:
+        if vspec is None:
+            preset = f"smoke-{problem}" if RUN["smoke"] else problem
+            bench = build_bench(RunSpec("fno", {"epochs": 0}, preset=preset), device=RUN["device"])
+            sync = bench._sync
+            run, batch = (lambda i, bench=bench: bench.step()), bench.data.batch
+        else:
+            run, sync, batch, _ = _plain_setup(vspec)
+        row = _timed(run, sync, batch, warmup, steps)
+        row["profile"] = _kernels(run, sync, RUN["profile_steps"])
+        out["variants"][name] = row
+        if vspec is None:
+            bench.close()
+    return out
 
 
 # caraml ------------------------------------------------------------------------------------------------
@@ -204,12 +339,16 @@ def summary(by: dict) -> dict:
             twin = name.replace("_caraml_", "_plain_").replace("_power_off", "").replace("_epochs", "_compiled")
             if rate(name) and rate(twin):
                 out["caraml_over_plain"][name] = rate(name) / rate(twin)
-        elif spec["compile"]:
-            eager = f"{spec['problem']}_plain_eager" + ("_complex" if spec["complex"] else "") + (
-                f"_{spec['amp']}" if spec["amp"] else "")
+        elif spec.get("compile"):
+            eager = f"{spec['problem']}_{'neuralop' if spec['lib'] == 'neuralop' else 'plain'}_eager" + (
+                "_complex" if spec["complex"] else "") + (f"_{spec['amp']}" if spec["amp"] else "")
             if rate(name) and rate(eager):
                 out["speedup_vs_eager"][name] = rate(name) / rate(eager)
-    real = {k: v for k, v in out["speedup_vs_eager"].items() if "complex" not in k}
+    for name in by:  # neuraloperator's FNO against ours, the same plain loop
+        ours = name.replace("_neuralop_", "_plain_")
+        if "_neuralop_" in name and rate(name) and rate(ours):
+            out.setdefault("ours_over_neuralop", {})[ours] = rate(ours) / rate(name)
+    real = {k: v for k, v in out["speedup_vs_eager"].items() if "complex" not in k and "neuralop" not in k}
     out["goals"]["compiled_never_slower_than_eager"] = (min(real.values()) >= 1.0) if real else None
     rbc2d = out["speedup_vs_eager"].get("RBC2D_plain_compiled")
     out["goals"]["rbc2d_compiled_default_at_least_1.3x"] = rbc2d >= 1.3 if rbc2d else None
@@ -232,15 +371,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     parser.add_argument("--only", help="comma list of point names")
+    parser.add_argument("--group", choices=sorted(GROUPS), help="a named list of points: " + "; ".join(
+        f"{k}: {', '.join(v)}" for k, v in GROUPS.items()))
     parser.add_argument("--budget", type=float, default=float(os.environ.get("FNO_BENCH_BUDGET_S", "420")),
                         help="seconds to spend; points not started by then are skipped (default: %(default)s)")
     parser.add_argument("--smoke", action="store_true",
                         help="check the script on the CPU: tiny shapes, 2+3 steps (no measurement)")
     args = parser.parse_args()
     if args.smoke:
-        RUN.update(device="cpu", smoke=True)
+        RUN.update(device="cpu", smoke=True, profile_steps=2)
         STEPS.update({k: (2, 3) for k in STEPS})
-    names = args.only.split(",") if args.only else list(POINTS)
+    names = args.only.split(",") if args.only else GROUPS[args.group] if args.group else list(POINTS)
     unknown = [n for n in names if n not in POINTS]
     if unknown:
         sys.exit(f"fno_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
@@ -252,6 +393,11 @@ def main() -> None:
            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     start = time.monotonic()
     rows = []
+    missing = neuralop_missing()
+    if missing and any(POINTS[n].get("lib") == "neuralop" or POINTS[n].get("profile") for n in names):
+        print(f"fno_bench: neuraloperator does not import ({missing[:160]}): its points are skipped and the profile "
+              "has no neuraloperator variant (pip install neuraloperator==2.0.0 tensorly tensorly-torch)",
+              file=sys.stderr, flush=True)
 
     def save():
         by = {r["name"]: r for r in rows}
@@ -265,12 +411,16 @@ def main() -> None:
         if left < 45:
             rows.append({"name": name, "status": "skipped (time budget)"})
             continue
+        if missing and spec.get("lib") == "neuralop":
+            rows.append({"name": name, **spec, "status": "skipped (no neuraloperator)"})
+            continue
         print(f"fno_bench: {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
         t0 = time.monotonic()
         signal.signal(signal.SIGALRM, _out_of_time)
         signal.alarm(max(1, int(left)))  # a plain point that compiles past the budget is stopped too
         try:
-            row = caraml(spec, out / "results", timeout=left) if "caraml" in spec else plain(spec)
+            row = (caraml(spec, out / "results", timeout=left) if "caraml" in spec else
+                   profile_point(spec) if spec.get("profile") else plain(spec))
         except OutOfTime:
             row = {"status": "timeout", "error": f"stopped at the time budget after {time.monotonic() - t0:.0f} s"}
             torch._dynamo.reset()
@@ -284,17 +434,26 @@ def main() -> None:
         save()
     save()
     summ = summary({r["name"]: r for r in rows})
+    def f(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
     print(f"{'point':<40} {'status':<8} {'samples/s':>10} {'step ms':>8} {'x eager':>8} {'caraml/plain':>12} "
-          f"{'1st step s':>10} {'wall s':>7}")
+          f"{'1st step s':>10} {'wall s':>7} {'params':>10}")
     for r in rows:
-        def f(v, fmt):
-            return format(v, fmt) if isinstance(v, (int, float)) else "-"
         print(f"{r['name']:<40} {str(r['status'])[:8]:<8} {f(r.get('samples_per_s'), '10.1f')} "
               f"{f(r.get('step_ms'), '8.3f')} {f(summ['speedup_vs_eager'].get(r['name']), '8.3f')} "
               f"{f(summ['caraml_over_plain'].get(r['name']), '12.3f')} {f(r.get('first_step_s'), '10.1f')} "
-              f"{f(r.get('wall_s'), '7.0f')}")
+              f"{f(r.get('wall_s'), '7.0f')} {f(r.get('params'), '10d')}")
         if r.get("error") and r["status"] != "ok":
             print("   ", str(r["error"])[-400:].replace("\n", " "))
+        for vname, v in (r.get("variants") or {}).items():  # a profile point
+            prof = v["profile"]
+            print(f"    {vname:<20} {f(v.get('samples_per_s'), '10.1f')} samples/s {f(v.get('step_ms'), '8.3f')} "
+                  f"ms/step {f(prof['per_step'], '8.1f')} {prof['what']}/step, GPU "
+                  f"{f(prof['gpu_ms_per_step'], '.3f')} ms/step")
+    if summ.get("ours_over_neuralop"):
+        print("ours / neuraloperator (samples/s):", json.dumps({k: round(v, 3) for k, v in
+                                                               summ["ours_over_neuralop"].items()}))
     print("goals:", json.dumps(summ["goals"]))
     print(f"fno_bench: wrote {out / 'fno_bench.json'}", file=sys.stderr)
 

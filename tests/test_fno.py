@@ -498,14 +498,15 @@ def test_real_spectral_weights_leave_only_ffts_complex_in_the_compiled_graph():
 # FLOPs -----------------------------------------------------------------------------------------------
 def test_flop_count_convention():
     from caraml.workloads.fno import flops
-    from caraml.workloads.fno.model import FNO, PROJECTION
+    from caraml.workloads.fno.model import FNO, PROJECTION_EXPANSION
 
     b, cin, cout, width, modes, grid = 2, 4, 4, 8, (4, 4), (16, 8)
+    hidden = PROJECTION_EXPANSION * width
     model = lambda: FNO(cin, cout, width, modes, 1)  # made on the meta device by the kit
     x = lambda: torch.empty(b, cin, *grid)
     counted = flops.count(model, x, train=False)
     points = math.prod(grid)
-    pointwise = 2 * b * points * (cin * width + width * width + width * PROJECTION + PROJECTION * cout)
+    pointwise = 2 * b * points * (cin * width + width * width + width * hidden + hidden * cout)
     kept = 2 * modes[0] * modes[1]
     spectral = 8 * b * width * width * kept  # a complex multiply-add is 4 real ones
     fft = 2 * 2.5 * points * math.log2(points) * b * width  # rfft2 and irfft2 of each channel

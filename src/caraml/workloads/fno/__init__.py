@@ -89,6 +89,12 @@ PARAMS = [
     Param("weight_decay", float, 1e-5, "Adam weight decay", minimum=0.0),
     Param("adam_impl", str, "foreach", "Adam kernels: foreach (PyTorch's default), fused, for-loop",
           choices=("foreach", "fused", "for-loop")),
+    Param("pic2d_operator", str, "caraml", "PIC2D only: caraml (CARAML's Kaiser-Bessel NUFFT over the particle "
+          "index, torchkbnufft, kX modes kept, kY unused) or grid2d (ours before: a 2D Kaiser-Bessel NUFFT of the "
+          "positions, kX x kY kept)", choices=("caraml", "grid2d")),
+    Param("nufft_backend", str, "torchkbnufft", "PIC2D's CARAML operator computed by torchkbnufft (as CARAML) or as "
+          "matrix (torchkbnufft's operator at the kept modes, taken once as a dense matrix: the same results, "
+          "matmuls)", choices=("torchkbnufft", "matrix")),
 ]
 
 

@@ -194,8 +194,12 @@ class FNOBench:
         misfit = modes_misfit(pb.kind, cfg.modes, spatial)
         if misfit:
             raise BadInput(f"fno: {pb.name} with modes={shape_text(cfg.modes)}: {misfit}")
-        model = build_model(pb, cfg.width, cfg.modes, cfg.layers, complex_weights=cfg.complex_weights,
-                            half_spectral=cfg.complex_mixed_precision)
+        try:
+            model = build_model(pb, cfg.width, cfg.modes, cfg.layers, complex_weights=cfg.complex_weights,
+                                half_spectral=cfg.complex_mixed_precision, particles=spatial[-1],
+                                nufft_backend=cfg.nufft_backend)
+        except ValueError as exc:  # a PIC2D operator torchkbnufft cannot make at these sizes
+            raise BadInput(f"fno: {pb.name}: {exc}") from None
         if cfg.complex_mixed_precision and pb.kind != "dse":
             fft_sizes = spatial if pb.kind == "grid" else (model.transform.n,) * 2
             if any(n & (n - 1) for n in fft_sizes):
@@ -205,7 +209,8 @@ class FNOBench:
         self.n_params = count_parameters(model)
         self.loss = loss_fn(pb.loss)
         self.flops = self._count_flops(spatial)
-        self.model = wrap_ddp(model, self.device, self.dist.world_size)
+        # the model's buffers are constants (the PIC2D trajectory and matrix, NUFFT tables): none to broadcast
+        self.model = wrap_ddp(model, self.device, self.dist.world_size, broadcast_buffers=False)
 
     def _build_optimizer(self) -> None:
         """Adam (CARAML's), and its learning-rate schedule per epoch: StepLR for PIC, cosine for RBC."""
@@ -220,7 +225,8 @@ class FNOBench:
         """Per sample, on the meta device (no memory, no compute), with a batch of 2."""
         pb, cfg = self.problem, self.cfg
         y = torch.empty(2, pb.out_channels, *spatial, device="meta")
-        counted = flops.count(lambda: build_model(pb, cfg.width, cfg.modes, cfg.layers),
+        counted = flops.count(lambda: build_model(pb, cfg.width, cfg.modes, cfg.layers, particles=spatial[-1],
+                                                  nufft_backend=cfg.nufft_backend),
                               lambda: torch.empty(2, pb.in_channels, *spatial), train=cfg.train,
                               loss=lambda out: self.loss(out, y))
         return {"per_sample": counted["total"] / 2, "fft_per_sample": counted["fft"] / 2}
@@ -417,7 +423,9 @@ class FNOBench:
             "settings": {"problem": pb.name, "kind": pb.kind, "in_channels": pb.in_channels,
                          "out_channels": pb.out_channels, "width": cfg.width, "modes": list(cfg.modes),
                          "layers": cfg.layers, "batch_size": data.batch, "lr": cfg.lr,
-                         "weight_decay": cfg.weight_decay, "scheduler": pb.scheduler, "loss": pb.loss},
+                         "weight_decay": cfg.weight_decay, "scheduler": pb.scheduler, "loss": pb.loss,
+                         **({"pic2d_operator": cfg.pic2d_operator} if pb.name == "PIC2D" else {}),
+                         **({"nufft_backend": cfg.nufft_backend} if pb.kind == "kbnufft" else {})},
             "model_params": self.n_params, "model_params_m": self.n_params / 1e6,
             "model_size_mb": self.n_params * 4 / 1e6,  # as CARAML: parameters x 4 bytes
             "input_shape": "[" + ",".join(str(n) for n in (data.batch, pb.in_channels, *data.spatial)) + "]",
@@ -429,9 +437,7 @@ class FNOBench:
             "math": {"matmul_precision": cfg.matmul_precision,
                      "spectral_dtype": "fp16" if cfg.complex_mixed_precision else "fp32",
                      "spectral_weights": "complex64" if cfg.complex_weights else "real (re, im) pairs",
-                     "transform": {"grid": "rfftn/irfftn", "dse": "direct spectral evaluation (Vandermonde matmul)",
-                                   "nufft": "Kaiser-Bessel NUFFT (width 4, 2x oversampled grid "
-                                            f"{self.raw_model.transform.n if pb.kind == 'nufft' else 0})"}[pb.kind]},
+                     "transform": self.raw_model.transform.describe()},
         }
         if self.epochs:
             out["epochs"] = self.epochs

@@ -9,7 +9,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from caraml.errors import BadInput
-from caraml.workloads.fno.problems import PROBLEMS, Problem, modes_misfit, parse_shape, shape_text
+from caraml.workloads.fno.problems import (
+    PROBLEMS,
+    Problem,
+    modes_misfit,
+    parse_shape,
+    shape_text,
+    with_operator,
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,12 @@ class FNOConfig:
     """Adam weight decay"""
     adam_impl: str
     """Adam kernels: foreach, fused, for-loop"""
+    pic2d_operator: str
+    """PIC2D: caraml (its Kaiser-Bessel NUFFT over the particle index, kX kept) or grid2d (ours, kX x kY on the
+    2D positions); `problem.kind` says which"""
+    nufft_backend: str
+    """how CARAML's PIC2D operator is computed: torchkbnufft (as CARAML) or matrix (the same operator as a dense
+    matrix)"""
 
     @property
     def train(self) -> bool:
@@ -83,7 +96,10 @@ class FNOConfig:
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> FNOConfig:
         """The resolved parameter values as a config; BadInput (one line) when they do not fit the problem."""
-        pb = PROBLEMS[values["problem"]]
+        pb = with_operator(PROBLEMS[values["problem"]], values["pic2d_operator"])
+        if pb.kind == "kbnufft" and values["complex_mixed_precision"]:
+            raise BadInput("fno: complex_mixed_precision=on is not available for PIC2D's CARAML operator (torchkbnufft "
+                           "runs in complex64): use complex_mixed_precision=off or pic2d_operator=grid2d")
         modes, grid = _shapes(values, pb)
         particles = (values["particles"] or pb.particles) if pb.kind != "grid" else 0
         if values["data"] == "synthetic":  # a file's grid is checked when the file is read

@@ -1,7 +1,10 @@
 """A PyTorch-native Fourier Neural Operator for grids (RBC) and particles (PIC).
 
-    lift (pointwise in -> width) -> layers x [spectral conv + pointwise skip, GELU between layers]
-    -> projection (pointwise width -> 128, GELU, 128 -> out)
+    lift (pointwise in -> width) -> layers x [spectral conv + pointwise skip, GELU]
+    -> projection (pointwise width -> 4 width, GELU, 4 width -> out)
+
+as CARAML's operator_learning FNO: GELU after every Fourier layer, the last included; the projection's
+hidden width is channel_mlp_expansion (4) x width.
 
 A spectral conv is: forward transform to the kept Fourier modes, a per-mode channel mixing with
 learned weights, inverse transform. The transform depends on where the samples live:
@@ -13,9 +16,15 @@ learned weights, inverse transform. The transform depends on where the samples l
   matrix V[k, j] = exp(-i k x_j), k = 0..m-1, applied as one real matmul (cos and sin rows); the
   inverse is its adjoint with the irfft weights (1 for k = 0, 2 otherwise) and 1/P. On particles at
   the grid points 2*pi*j/P it equals rfft / irfft of the truncated spectrum.
-- NUFFT2d (PIC2D): the same operator in 2D, k in [-m1, m1) x [0, m2), computed as a type-1 / type-2
-  non-uniform FFT: Kaiser-Bessel gridding of the particles onto a 2x oversampled uniform grid, rfft2,
-  deconvolution by the kernel's Fourier transform (and the reverse: deconvolve, irfft2, interpolate).
+- ParticleIndexNUFFT (PIC2D, CARAML's operator, the default): CARAML's Kaiser-Bessel path. torchkbnufft's
+  KbNufft / KbNufftAdjoint over the particle *index* (im_size (P,), grid 2P, norm ortho, the trajectory
+  -P/2 .. P/2-1 in radians, positions unused: the y coordinate is just a channel); the first kX trajectory
+  points are kept and mixed, kY is not used. nufft_backend=matrix: the same operator restricted to the kept
+  points, taken once from torchkbnufft's adjoint as a dense [2 kX, P] real matrix and applied as matmuls.
+- NUFFT2d (PIC2D with pic2d_operator=grid2d, ours before): the 2D direct spectral evaluation on the particle
+  positions, k in [-m1, m1) x [0, m2), computed as a type-1 / type-2 non-uniform FFT: Kaiser-Bessel
+  gridding of the particles onto a 2x oversampled uniform grid, rfft2, deconvolution by the kernel's
+  Fourier transform (and the reverse: deconvolve, irfft2, interpolate).
 
 Spectral weights are real tensors with a trailing (real, imag) dim of 2 and the complex product is
 done with one real batched matmul, so that torch.compile/inductor sees no complex parameters
@@ -37,9 +46,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-PROJECTION = 128  # hidden width of the projection, as CARAML's FNO
+PROJECTION_EXPANSION = 4  # hidden width of the projection / width: CARAML's channel_mlp_expansion
 KB_WIDTH = 4  # Kaiser-Bessel kernel width in grid points (NUFFT)
 KB_OVERSAMPLING = 2  # oversampling of the NUFFT grid
+NUFFT_BACKENDS = ("torchkbnufft", "matrix")  # how CARAML's PIC2D operator is computed (the same operator)
 
 
 class Pointwise(nn.Module):
@@ -50,10 +60,15 @@ class Pointwise(nn.Module):
         bound = 1 / math.sqrt(cin)
         self.weight = nn.Parameter(torch.empty(cout, cin).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(cout).uniform_(-bound, bound))
+        self.as_conv = False  # the same product as a 1x1 convolution (cuDNN), as CARAML's Conv1d: for profiling
 
     def forward(self, x):
         shape = x.shape
-        y = torch.matmul(self.weight, x.reshape(shape[0], shape[1], -1)) + self.bias[:, None]
+        flat = x.reshape(shape[0], shape[1], -1)
+        if self.as_conv:
+            y = F.conv1d(flat, self.weight[:, :, None], self.bias)
+        else:
+            y = torch.matmul(self.weight, flat) + self.bias[:, None]
         return y.reshape(shape[0], -1, *shape[2:])
 
 
@@ -94,6 +109,9 @@ class GridFFT(nn.Module):
         self.modes = tuple(modes)
         self.block = tuple(2 * m for m in modes[:-1]) + (modes[-1],)
         self.norm = "backward"  # "ortho" for fp16 spectra: the same operator, no overflow in unscaled sums
+
+    def describe(self) -> str:
+        return f"rfftn/irfftn, modes {'x'.join(map(str, self.modes))}"
 
     def prepare(self, x):
         return None
@@ -152,6 +170,9 @@ class DSE(nn.Module):
         self.modes = tuple(modes)
         self.block = (modes[0],)
         self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
+
+    def describe(self) -> str:
+        return f"direct spectral evaluation (Vandermonde matmul) on the particle positions, {self.modes[0]} modes"
 
     def prepare(self, x):
         """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j)."""
@@ -223,6 +244,10 @@ class NUFFT2d(nn.Module):
                       * kaiser_bessel_ft(k2 / n, self.width, self.beta)[None, :])
         self.register_buffer("deconv", deconv, persistent=False)  # [2 m1, m2]
 
+    def describe(self) -> str:
+        return (f"Kaiser-Bessel NUFFT of the particle positions in 2D (width {self.width}, 2x oversampled grid "
+                f"{self.n}), modes {self.modes[0]}x{self.modes[1]} (pic2d_operator=grid2d)")
+
     def prepare(self, x):
         """Per kernel point (w^2 of them): flat grid index [B, P] and weight [B, P] of each particle."""
         n, w = self.n, self.width
@@ -270,6 +295,108 @@ class NUFFT2d(nn.Module):
         return (vals.view(b, c, p, taps) * weight.view(b, 1, p, taps).to(vals.dtype)).sum(-1) / (1 if ortho else p)
 
 
+class ParticleIndexNUFFT(nn.Module):
+    """CARAML's Kaiser-Bessel path (PIC2D, its `use_kb`): torchkbnufft's NUFFT over the particle index.
+
+    CARAML: KbNufft(im_size=(P,), grid_size=(2P,)) of each channel (cast to complex64) at the trajectory
+    omega = torch.arange(-P//2, P//2) (radians per voxel), norm 'ortho' (1/sqrt(2P)); the first kX of the P samples
+    mixed by R1[dv, dv, kX]; those kX, zeros elsewhere, through KbNufftAdjoint on the same trajectory; the real
+    part. Positions are not used (the y coordinate is just a channel) and kY is not.
+
+    Here the same calls at the kept kX trajectory points only: every sample of a NUFFT is computed on its own, so
+    the kept values are the same, and the adjoint of zeros adds nothing (checked against CARAML's full calls in a
+    test). The full trajectory cannot be computed at CARAML's P = 100,000 in float32 anyway: torchkbnufft 1.5.2
+    rounds the grid positions of frequencies of thousands of radians so far that it indexes out of its
+    interpolation table (RuntimeError) for omega in about [-4000, 4000). The kept points, near -P/2, are placed
+    with that float32 rounding too: it is torchkbnufft's float32 operator that is CARAML's (a consistent
+    forward/adjoint pair), not the exact DFT it approximates at small P. The trajectory is the same for every
+    sample and channel, so it is given once (CARAML repeats it per sample and channel), and the modules are
+    made once (CARAML makes them at every call).
+
+    backend 'matrix': the kept points' forward is a fixed [kX, P] complex matrix, the conjugate transpose of the
+    adjoint's A; A is taken once from KbNufftAdjoint of the kX unit vectors (float32, the same rounding) and
+    stored as G = [Re A; -Im A] [2 kX, P]: forward (re | im) = x G^T, inverse = (re | im) G, two real matmuls.
+
+    On the meta device (FLOP counting) torchkbnufft cannot run (it reads sizes from its buffers): the FFTs it
+    runs (complex, 2P points, forward and adjoint) stand in on the shapes; its interpolation is a gather, which
+    the FLOP convention does not count.
+    """
+
+    def __init__(self, modes: tuple[int, ...], particles: int, backend: str = "torchkbnufft"):
+        super().__init__()
+        if backend not in NUFFT_BACKENDS:
+            raise ValueError(f"nufft backend {backend!r}: choose one of {', '.join(NUFFT_BACKENDS)}")
+        p, kx = particles, modes[0]
+        if not 1 <= kx <= p:
+            raise ValueError(f"kX={kx} modes need 1 <= kX <= particles ({p})")
+        self.modes, self.particles, self.backend = tuple(modes), p, backend
+        self.block = (kx,)  # kX only: CARAML's weights R1[dv, dv, kX]; kY is not used
+        self.norm = "ortho"
+        self.shapes_only = torch.empty(0).device.type == "meta"
+        kept = torch.arange(-p // 2, p // 2, dtype=torch.float32)[None, :kx]  # CARAML's trajectory, its first kX
+        self.register_buffer("trajectory", kept, persistent=False)
+        if self.shapes_only:
+            if backend == "matrix":
+                self.register_buffer("matrix", torch.empty(2 * kx, p), persistent=False)
+            return
+        with torch.device("cpu"):
+            from torchkbnufft import KbNufft, KbNufftAdjoint
+
+            adjoint = KbNufftAdjoint(im_size=(p,), grid_size=(2 * p,))
+            units = torch.eye(kx, dtype=torch.complex64)[:, None, :]  # [kX, 1, kX]: one kept mode each
+            try:
+                with torch.no_grad():
+                    a = adjoint(units, kept, norm="ortho")[:, 0]  # [kX, P]; also a check that torchkbnufft can
+            except RuntimeError as exc:
+                raise ValueError(f"torchkbnufft cannot place the first {kx} trajectory points at {p} particles in "
+                                 f"float32 ({str(exc).splitlines()[-1][:120]}); try other particles or modes") from None
+        if backend == "matrix":
+            self.register_buffer("matrix", torch.cat([a.real, -a.imag]).contiguous(), persistent=False)
+        else:
+            self.nufft, self.adjoint = KbNufft(im_size=(p,), grid_size=(2 * p,)), adjoint
+
+    def describe(self) -> str:
+        p, kx = self.particles, self.block[0]
+        how = ("torchkbnufft KbNufft/KbNufftAdjoint" if self.backend == "torchkbnufft"
+               else "torchkbnufft's operator as a dense [2 kX, P] matrix (nufft_backend=matrix)")
+        return (f"CARAML's Kaiser-Bessel NUFFT over the particle index (im_size ({p},), grid {2 * p}, trajectory "
+                f"-P/2..P/2-1 rad, norm ortho, float32), first kX={kx} points kept, kY unused: {how}")
+
+    def prepare(self, x):
+        if x.shape[-1] != self.particles:
+            raise ValueError(f"the operator was made for {self.particles} particles; the input has {x.shape[-1]}")
+        return None
+
+    def forward(self, x, basis, complex_out: bool):
+        b, c, p = x.shape
+        kx = self.block[0]
+        if self.backend == "matrix":
+            spec = torch.matmul(x, self.matrix.t().to(x.dtype)).view(b, c, 2, kx).transpose(-1, -2)  # [B, C, kX, 2]
+            return torch.view_as_complex(spec.contiguous()) if complex_out else spec
+        z = x.to(torch.complex64).reshape(b * c, 1, p)
+        if self.shapes_only:
+            spec = torch.fft.fft(F.pad(z, (0, p)), norm="ortho")[..., :kx]
+        else:
+            spec = self.nufft(z, self.trajectory, norm="ortho")
+        spec = spec.reshape(b, c, kx)
+        return spec if complex_out else torch.view_as_real(spec)
+
+    def inverse(self, y, basis, spatial):
+        p, kx = spatial[-1], self.block[0]
+        b, c = y.shape[:2]
+        if self.backend == "matrix":
+            if y.is_complex():
+                y = torch.view_as_real(y)
+            return torch.matmul(y.transpose(-1, -2).reshape(b, c, 2 * kx), self.matrix.to(y.dtype))
+        z = y if y.is_complex() else torch.view_as_complex(y.contiguous())
+        z = z.to(torch.complex64).reshape(b * c, 1, kx)
+        if self.shapes_only:
+            out = torch.fft.ifft(F.pad(z, (0, 2 * p - kx)), norm="ortho")[..., :p]
+        else:
+            out = self.adjoint(z, self.trajectory, norm="ortho")
+        return out.real.reshape(b, c, p)
+
+
 def no_autocast(t):
     """Autocast off for the device of `t` (the meta device used to count FLOPs has no autocast)."""
     if t.device.type in ("cuda", "cpu", "xpu", "mps", "hpu"):
@@ -279,19 +406,29 @@ def no_autocast(t):
 
 # the operator -------------------------------------------------------------------------------------
 class FNO(nn.Module):
+    """kind: grid (GridFFT), dse (DSE), kbnufft (ParticleIndexNUFFT: needs `particles`, computed by
+    `nufft_backend`) or nufft (NUFFT2d)."""
+
     def __init__(self, in_channels: int, out_channels: int, width: int, modes: tuple[int, ...], layers: int,
-                 kind: str = "grid", complex_weights: bool = False, half_spectral: bool = False):
+                 kind: str = "grid", complex_weights: bool = False, half_spectral: bool = False,
+                 particles: int = 0, nufft_backend: str = "torchkbnufft"):
         super().__init__()
         self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
-        self.transform = {"grid": GridFFT, "dse": DSE, "nufft": NUFFT2d}[kind](modes)
+        if kind == "kbnufft":
+            if half_spectral:
+                raise ValueError("CARAML's PIC2D operator runs in complex64 (torchkbnufft): no fp16 spectra")
+            self.transform = ParticleIndexNUFFT(modes, particles, nufft_backend)
+        else:
+            self.transform = {"grid": GridFFT, "dse": DSE, "nufft": NUFFT2d}[kind](modes)
         if half_spectral:
             self.transform.norm = "ortho"
         self.lift = Pointwise(in_channels, width)
         self.spectral = nn.ModuleList(SpectralWeights(width, width, self.transform.block, complex_weights)
                                       for _ in range(layers))
         self.skips = nn.ModuleList(Pointwise(width, width) for _ in range(layers))
-        self.project = Pointwise(width, PROJECTION)
-        self.out = Pointwise(PROJECTION, out_channels)
+        hidden = PROJECTION_EXPANSION * width
+        self.project = Pointwise(width, hidden)
+        self.out = Pointwise(hidden, out_channels)
         self._spectral_conv = self.spectral_conv  # replaced by an uncompiled version for compile_scope=pointwise
 
     def exclude_spectral_from_compile(self) -> None:
@@ -311,16 +448,16 @@ class FNO(nn.Module):
             basis = self.transform.prepare(x)
         h = self.lift(x)
         for i, skip in enumerate(self.skips):
-            h = self._spectral_conv(h, i, basis) + skip(h)
-            if i < len(self.skips) - 1:
-                h = F.gelu(h)
+            h = F.gelu(self._spectral_conv(h, i, basis) + skip(h))  # every layer, the last included (CARAML)
         return self.out(F.gelu(self.project(h)))
 
 
 def build_model(problem, width: int, modes: tuple[int, ...], layers: int, complex_weights: bool = False,
-                half_spectral: bool = False) -> FNO:
+                half_spectral: bool = False, particles: int = 0, nufft_backend: str = "torchkbnufft") -> FNO:
+    """The problem's operator; `particles` (PIC: the input's particles, else the problem's) sizes PIC2D's."""
     return FNO(problem.in_channels, problem.out_channels, width, modes, layers, kind=problem.kind,
-               complex_weights=complex_weights, half_spectral=half_spectral)
+               complex_weights=complex_weights, half_spectral=half_spectral,
+               particles=particles or problem.particles, nufft_backend=nufft_backend)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -6,7 +6,7 @@ electrostatic_plasma2d_pic.yaml, rbc2d_dedalus.yaml, rbc3d_pysdc.yaml) as listed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,9 @@ class Problem:
     modes: tuple[int, ...]  # Fourier modes kept per spatial dimension
     layers: int
     batch_size: int
-    kind: str  # "grid" (FFT on a uniform grid), "dse" (direct spectral evaluation), "nufft" (Kaiser-Bessel NUFFT)
+    # "grid" (FFT on a uniform grid), "dse" (direct spectral evaluation), "kbnufft" (CARAML's Kaiser-Bessel NUFFT
+    # over the particle index, torchkbnufft) or "nufft" (ours: Kaiser-Bessel NUFFT of the 2D positions)
+    kind: str
     grid: tuple[int, ...] = ()  # uniform grid of the RBC problems
     particles: int = 0  # particles per sample of the PIC problems
     position_channels: int = 0  # PIC: the first channels of the input hold particle positions in [0, domain)
@@ -46,7 +48,7 @@ class Problem:
 PROBLEMS: dict[str, Problem] = {
     "PIC1D": Problem("PIC1D", 2, 1, width=32, modes=(16,), layers=4, batch_size=20, kind="dse", particles=100_000,
                      position_channels=1, file="PIC1D_electrostatic.h5", lr=1e-3, scheduler="step", loss="l1"),
-    "PIC2D": Problem("PIC2D", 3, 2, width=32, modes=(16, 16), layers=4, batch_size=8, kind="nufft",
+    "PIC2D": Problem("PIC2D", 3, 2, width=32, modes=(16, 16), layers=4, batch_size=8, kind="kbnufft",
                      particles=100_000, position_channels=2, file="PIC2D_electrostatic.h5", lr=1e-3,
                      scheduler="step", loss="l1"),
     "RBC2D": Problem("RBC2D", 4, 4, width=16, modes=(12, 12), layers=2, batch_size=20, kind="grid", grid=(256, 64),
@@ -56,6 +58,14 @@ PROBLEMS: dict[str, Problem] = {
                      loss="vector_norm"),
 }
 NAMES = tuple(PROBLEMS)
+# PIC2D's operator: CARAML's (kX of kX x kY used, as its Kaiser-Bessel path) or ours before (2D, kX x kY kept)
+PIC2D_OPERATORS = {"caraml": "kbnufft", "grid2d": "nufft"}
+
+
+def with_operator(problem: Problem, pic2d_operator: str) -> Problem:
+    """The problem as the PIC2D operator chosen makes it (other problems have one operator: unchanged)."""
+    kind = PIC2D_OPERATORS[pic2d_operator]
+    return replace(problem, kind=kind) if problem.name == "PIC2D" and problem.kind != kind else problem
 
 TRAIN_FRACTION = 0.8  # CARAML's split: the first 80 % of the samples train, the rest validate
 STEP_LR = (50, 0.5)  # StepLR(step_size=50 epochs, gamma=0.5) of the PIC configs
@@ -72,6 +82,8 @@ def modes_misfit(kind: str, modes: tuple[int, ...], spatial: tuple[int, ...]) ->
                     f"the grid has {spatial[-1]}")
     elif kind == "dse" and modes[0] > spatial[-1] // 2 + 1:
         return f"{modes[0]} modes need at least {2 * modes[0] - 2} particles, there are {spatial[-1]}"
+    elif kind == "kbnufft" and modes[0] > spatial[-1]:
+        return f"kX={modes[0]} modes need at least {modes[0]} particles, there are {spatial[-1]}"
     return None
 
 
