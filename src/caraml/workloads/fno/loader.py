@@ -24,6 +24,8 @@ from caraml.errors import BadInput
 from caraml.workloads.fno import files
 from caraml.workloads.fno.problems import TRAIN_FRACTION, Problem
 
+CHECK_BLOCK = 16  # samples read at once by the finite check before the run
+
 
 def resolve_source(data: str, data_path: str, problem: Problem, data_root: str | None) -> str:
     """data=auto as the path it takes: file where CARAML's file (or data_path) exists, else synthetic-host."""
@@ -127,6 +129,11 @@ class LoaderData:
         with files.DataFile(path, pb) as data:  # layout, dtypes and the first sample checked here
             got = data.describe()
             count = data.samples if not cfg.samples else min(cfg.samples, data.samples)
+            # every sample the run reads must be finite: each rank checks its share (a refusal reaches every rank)
+            first, last = ctx.rank * count // ctx.world_size, (ctx.rank + 1) * count // ctx.world_size
+            for start in range(first, last, CHECK_BLOCK):
+                for name, values in zip(("inputs", "outputs"), data.rows(start, min(start + CHECK_BLOCK, last))):
+                    files.check_finite(values, f"{data.where}: {name}", first=start)
         self.path, self.samples_in_file, self.synthetic_file = str(path), got["samples_in_file"], got["synthetic"]
         self.file_dtype = got.get("file_dtype")
         self.spatial = got["spatial"]
