@@ -431,8 +431,8 @@ class FNOBench:
         eager = rows[0].get("time_s") if rows else None
         for row in rows:
             row["speedup"] = eager / row["time_s"] if eager and row.get("time_s") else None
-        return {"iterations": REPORT_ITERATIONS, "timed": "mean of iterations 3-5 (CARAML: times[2:])", "batch": int(x.shape[0]),
-                "precision": self.cfg.precision, "rows": rows, "stopped": stopped}
+        return {"iterations": REPORT_ITERATIONS, "timed": "mean of iterations 3-5 (CARAML: times[2:])",
+                "batch": int(x.shape[0]), "precision": self.cfg.precision, "rows": rows, "stopped": stopped}
 
     def _report_iteration(self, fn, x, compiled: bool) -> float:
         if compiled:
