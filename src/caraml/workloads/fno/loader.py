@@ -144,22 +144,20 @@ class LoaderData:
         blocking = self.device.type != "cuda"
         return x.to(self.device, non_blocking=not blocking), y.to(self.device, non_blocking=not blocking)
 
-    def train_epoch(self, epoch: int):
-        """This rank's training batches of one epoch, on the device (the last one may be smaller)."""
-        self._steady = None  # persistent workers serve one iterator at a time
-        if self.train_sampler is not None:
-            self.train_sampler.set_epoch(epoch)
-        for x, y in self.train_loader:
+    def _batches(self, loader, sampler, epoch: int):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for x, y in loader:
             yield self._to_device(x, y)
 
+    def train_epoch(self, epoch: int):
+        """This rank's training batches of one epoch, on the device (the last one may be smaller)."""
+        self._steady = None  # persistent workers serve one iterator at a time: the steady state's ends here
+        return self._batches(self.train_loader, self.train_sampler, epoch)
+
     def val_epoch(self, epoch: int):
-        if self.val_loader is None:
-            return
         self._steady = None
-        if self.val_sampler is not None:
-            self.val_sampler.set_epoch(epoch)
-        for x, y in self.val_loader:
-            yield self._to_device(x, y)
+        return self._batches(self.val_loader, self.val_sampler, epoch) if self.val_loader is not None else iter(())
 
     def next_batch(self):
         """The next full training batch for the steady state: the loaders' epochs one after the other, each batch
@@ -167,7 +165,8 @@ class LoaderData:
         while True:
             if self._steady is None:
                 self._epoch += 1
-                self._steady = self.train_epoch(-self._epoch)  # negative: not the epochs CARAML's runner numbers
+                # seeds of its own (negative): not those of the epochs CARAML's runner numbers
+                self._steady = self._batches(self.train_loader, self.train_sampler, -self._epoch)
             for x, y in self._steady:
                 if x.shape[0] == self.batch:
                     return x, y
