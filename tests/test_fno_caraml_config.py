@@ -137,3 +137,17 @@ def test_columns_of_caramls_table():
                    "PersistentMem (MB)", "ActivationMem (MB)", "TFLOPs", "Energy/GPU (Wh)", "TotalEnergy (Wh)",
                    "Version", "GlobalBatchSize"):
         assert header in headers, header
+
+
+def test_data_auto_takes_the_file_where_it_exists(tmp_path):
+    from caraml.workloads.fno.files import write_synthetic
+    from caraml.workloads.fno.loader import resolve_source
+    from caraml.workloads.fno.problems import PROBLEMS
+
+    pb = PROBLEMS["RBC2D"]
+    assert resolve_source("auto", "", pb, None) == "synthetic-host"  # no data_path, no CARAML_DATA
+    assert resolve_source("auto", "", pb, str(tmp_path)) == "synthetic-host"  # a folder without the file
+    write_synthetic(pb, tmp_path, 3, spatial=(8, 4))
+    assert resolve_source("auto", "", pb, str(tmp_path)) == "file"
+    assert resolve_source("auto", str(tmp_path), pb, None) == "file"
+    assert resolve_source("synthetic", str(tmp_path), pb, None) == "synthetic"

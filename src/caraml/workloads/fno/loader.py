@@ -31,7 +31,11 @@ def resolve_source(data: str, data_path: str, problem: Problem, data_root: str |
     """data=auto as the path it takes: file where CARAML's file (or data_path) exists, else synthetic-host."""
     if data != "auto":
         return data
-    return "file" if files.resolve_path(data_path, problem, data_root).is_file() else "synthetic-host"
+    try:
+        found = files.resolve_path(data_path, problem, data_root).is_file()
+    except BadInput:  # neither data_path nor CARAML_DATA names a place
+        found = False
+    return "file" if found else "synthetic-host"
 
 
 class FileSamples(Dataset):
