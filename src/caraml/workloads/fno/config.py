@@ -120,7 +120,8 @@ class FNOConfig:
                 raise BadInput(f"fno: {pb.name} with modes={shape_text(modes)}: {misfit}")
         if values["global_batch_size"] and values["batch_size"]:
             raise BadInput(f"fno: batch_size={values['batch_size']} (per device) and global_batch_size="
-                           f"{values['global_batch_size']} (split over the devices) both given; give one of them")
+                           f"{values['global_batch_size']} (split over the devices) both given; give one of them "
+                           "(after a preset that sets batch_size, add batch_size=0)")
         batch = 0 if values["global_batch_size"] else values["batch_size"] or pb.batch_size
         resolved = {"problem": pb, "batch_size": batch,
                     "width": values["width"] or pb.width, "modes": modes, "layers": values["layers"] or pb.layers,
