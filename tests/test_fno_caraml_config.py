@@ -151,3 +151,26 @@ def test_data_auto_takes_the_file_where_it_exists(tmp_path):
     assert resolve_source("auto", "", pb, str(tmp_path)) == "file"
     assert resolve_source("auto", str(tmp_path), pb, None) == "file"
     assert resolve_source("synthetic", str(tmp_path), pb, None) == "synthetic"
+
+
+def test_compile_scope_epoch_compiles_the_whole_train_epoch(monkeypatch):
+    """CARAML's torch.compile(self.train): one compiled call per training epoch (a stop is seen between epochs),
+    the step compiled for the steady state, validation eager. torch.compile is recorded, not run (a CPU compile
+    takes minutes here); the loader path (synthetic-host) feeds the epochs."""
+    import torch
+
+    from caraml.runner import RunSpec, build_bench
+
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compiled.append(fn.__name__) or fn)
+    bench = build_bench(RunSpec("fno", {"compile": "inductor", "compile_scope": "epoch", "data": "synthetic-host",
+                                        "workers": 0, "epochs": 2}, preset="smoke-RBC2D"), device="cpu")
+    assert compiled == ["_train_step", "_infer_step", "_train_whole_epoch"]
+    bench.step()
+    asked = []
+    bench.run_extra(lambda: asked.append(1) and False)
+    assert len(asked) == 2 * (1 + 1)  # per epoch: the compiled training epoch once, the validation batch once
+    e = bench.epochs
+    assert e["epochs"] == 2 and e["timesteps"] == 20 and e["train_timesteps"] == 16 and e["tflops"] > 0
+    assert bench.details()["data_source"] == "synthetic-host"
+    bench.close()

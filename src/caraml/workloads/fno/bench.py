@@ -326,12 +326,15 @@ class FNOBench:
             state["memory"] = memory if memory[0] else None  # the last epoch's, as CARAML's table shows
             state["train_loss"] = float(loss)  # now: a CUDA graph's output is overwritten by its next replay
 
+        # compile_scope=epoch: validation eager, as CARAML's valid() outside its compiled self.train
+        infer = self._infer_step if self.cfg.compile_scope == "epoch" else self._infer
+
         def validate(epoch):
             total, n = None, 0
             for x, y in data.val_epoch(epoch):
                 self._mark()
                 with self.autocast():
-                    loss = self.loss(self._infer(x), y)
+                    loss = self.loss(infer(x), y)
                 total, n = (loss if total is None else total + loss), n + 1
                 yield
             state["val_loss"] = float(total) / n if n else None
