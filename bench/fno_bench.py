@@ -24,6 +24,11 @@ without the harness (`caraml run`'s step time, with the harness, is in the caram
 through `caraml run` with CARAML's operators, eager and compiled (PIC2D: torchkbnufft and the matrix backend).
 `--group issue19` runs those (about 7 minutes on an H200).
 
+The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
+`caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention
+Timesteps/s and TrainTimesteps/s (5 epochs, the first left out) beside the steady state; alone:
+`--only data` (all data_* points, about 4 minutes on an H200).
+
 Prints samples/s per point, compiled/eager speedups, caraml/plain ratios and the goals (compiled never
 slower than eager, >= 1.3x eager on RBC2D training, caraml >= 0.98 x plain); writes fno_bench.json into
 --out (or $OUT, or ./bench-out). Points run in order of importance until the time budget (default 420 s)
@@ -116,6 +121,71 @@ GROUPS = {"issue19": [  # in order of importance: the time budget cuts from the 
     "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "RBC3D_plain_eager", "RBC3D_neuralop_eager", "RBC3D_caraml_eager",
     "RBC3D_plain_compiled", "RBC3D_neuralop_compiled", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_matrix_compiled",
     "RBC3D_caraml_compiled", "PIC2D_caraml_grid2d_compiled"]}
+
+
+# CARAML's data path (data=file through its DataLoaders) beside data on the device: `--only data` runs these
+DATA_SAMPLES = {"RBC2D": 1000, "RBC3D": 200}  # in the file and in synthetic-host: 40 / 8 training batches of 20
+CARAML_EPOCHS = ("epochs=5", "global_batch_size=20", "batch_size=0")
+
+
+def _d(problem, data, *params) -> dict:
+    """A data-path point: `caraml run fno` with CARAML's 5 epochs over data=synthetic|file|synthetic-host."""
+    extra = {"file": ["data=file", "data_path={data_dir}"],
+             "synthetic-host": ["data=synthetic-host", f"samples={DATA_SAMPLES[problem]}"]}.get(
+        data, ["data=synthetic"])
+    return {"problem": problem, "caraml": [*CARAML_EPOCHS, *extra, *params], "data_path": data}
+
+
+DATA_POINTS = {
+    "data_RBC2D_synthetic": _d("RBC2D", "synthetic"),
+    "data_RBC2D_file": _d("RBC2D", "file"),
+    "data_RBC2D_host": _d("RBC2D", "synthetic-host"),
+    "data_RBC3D_synthetic": _d("RBC3D", "synthetic"),
+    "data_RBC3D_file": _d("RBC3D", "file"),
+    # CARAML 2025.02 as its suite runs it: the whole train epoch compiled (mode default), data from the file
+    "data_RBC2D_file_caraml_2025": _d("RBC2D", "file", "compile=inductor", "compile_mode=default",
+                                      "compile_scope=epoch", "caraml_version=2025.02"),
+}
+POINTS.update(DATA_POINTS)
+
+
+def data_point(spec: dict, out: Path, timeout: float) -> dict:
+    """A data-path point: CARAML's data file written first (once, under OUT/fno-data), then `caraml run fno`."""
+    problem = spec["problem"]
+    folder = out / "fno-data" / problem
+    if spec["data_path"] == "file" and not any(folder.glob("*.h5")):
+        cmd = [sys.executable, "-m", "caraml", "data", "fno-synthetic", problem, "--out", str(folder)]
+        cmd += ["--smoke", "--samples", "20"] if RUN["smoke"] else ["--samples", str(DATA_SAMPLES[problem])]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        made = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        if made.returncode:
+            return {"status": "failed", "error": f"caraml data fno-synthetic: {made.stderr[-1000:]}"}
+    params = [p.replace("{data_dir}", str(folder)) for p in spec["caraml"]]
+    if RUN["smoke"]:  # the smoke preset's batch of 4, and few samples
+        params = [p for p in params if not p.startswith(("global_batch_size=", "batch_size=", "samples="))]
+        params += ["samples=20"] if spec["data_path"] == "synthetic-host" else []
+    row = caraml({**spec, "caraml": params}, out / "results", timeout)
+    row["data_file"] = str(folder) if spec["data_path"] == "file" else None
+    return row
+
+
+def data_summary(by: dict) -> dict:
+    """Per data-path point: steady state (ours) beside CARAML's Timesteps/s; file and host over device data."""
+    out = {}
+    for name in DATA_POINTS:
+        row = by.get(name) or {}
+        if row.get("status") != "ok":
+            continue
+        twin = by.get(f"data_{POINTS[name]['problem']}_synthetic") or {}
+        out[name] = {"steady_samples_per_s": row.get("samples_per_s"),
+                     "caraml_timesteps_per_s": row.get("caraml_timesteps_per_s"),
+                     "caraml_train_timesteps_per_s": row.get("train_timesteps_per_s"),
+                     "caraml_over_steady": (row["caraml_timesteps_per_s"] / row["samples_per_s"]
+                                            if row.get("caraml_timesteps_per_s") and row.get("samples_per_s")
+                                            else None),
+                     "steady_over_device_data": (row["samples_per_s"] / twin["samples_per_s"]
+                                                 if twin.get("samples_per_s") and row.get("samples_per_s") else None)}
+    return out
 
 
 # the plain loop ------------------------------------------------------------------------------------------
@@ -323,6 +393,8 @@ def caraml(spec: dict, results: Path, timeout: float) -> dict:
             "train_timesteps_per_s": (m.get("train_throughput") or {}).get("value"),
             "peak_memory_gb": (m.get("peak_memory_bytes") or 0) / 1e9, "energy_wh": energy.get("total_wh"),
             "timesteps_per_wh": energy.get("units_per_wh"), "avg_power_w": energy.get("avg_power_w"),
+            "data": m.get("data_source"), "caraml_timesteps": m.get("timesteps"),
+            "caraml_mean_compile_time_s": m.get("mean_compile_time_s"), "caraml_tflops": m.get("caraml_tflops"),
             "command": "caraml " + " ".join(cmd[3:-3])}
 
 
@@ -332,9 +404,11 @@ def summary(by: dict) -> dict:
         row = by.get(name) or {}
         return row.get("samples_per_s") if row.get("status") == "ok" else None
 
-    out = {"speedup_vs_eager": {}, "caraml_over_plain": {}, "goals": {}}
+    out = {"speedup_vs_eager": {}, "caraml_over_plain": {}, "goals": {}, "data_paths": data_summary(by)}
     for name, _row in by.items():
         spec = POINTS[name]
+        if name in DATA_POINTS:
+            continue
         if "caraml" in spec:
             twin = name.replace("_caraml_", "_plain_").replace("_power_off", "").replace("_epochs", "_compiled")
             if rate(name) and rate(twin):
@@ -382,6 +456,8 @@ def main() -> None:
         RUN.update(device="cpu", smoke=True, profile_steps=2)
         STEPS.update({k: (2, 3) for k in STEPS})
     names = args.only.split(",") if args.only else GROUPS[args.group] if args.group else list(POINTS)
+    if "data" in names:  # --only data: every data-path point
+        names = [n for n in names if n != "data"] + list(DATA_POINTS)
     unknown = [n for n in names if n not in POINTS]
     if unknown:
         sys.exit(f"fno_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
@@ -419,7 +495,8 @@ def main() -> None:
         signal.signal(signal.SIGALRM, _out_of_time)
         signal.alarm(max(1, int(left)))  # a plain point that compiles past the budget is stopped too
         try:
-            row = (caraml(spec, out / "results", timeout=left) if "caraml" in spec else
+            row = (data_point(spec, out, timeout=left) if name in DATA_POINTS else
+                   caraml(spec, out / "results", timeout=left) if "caraml" in spec else
                    profile_point(spec) if spec.get("profile") else plain(spec))
         except OutOfTime:
             row = {"status": "timeout", "error": f"stopped at the time budget after {time.monotonic() - t0:.0f} s"}
@@ -455,6 +532,10 @@ def main() -> None:
         print("ours / neuraloperator (samples/s):", json.dumps({k: round(v, 3) for k, v in
                                                                summ["ours_over_neuralop"].items()}))
     print("goals:", json.dumps(summ["goals"]))
+    for name, row in summ["data_paths"].items():
+        print(f"{name:<40} steady {row['steady_samples_per_s'] or 0:10.1f}/s  CARAML Timesteps/s "
+              f"{row['caraml_timesteps_per_s'] or 0:10.1f}  TrainTimesteps/s "
+              f"{row['caraml_train_timesteps_per_s'] or 0:10.1f}")
     print(f"fno_bench: wrote {out / 'fno_bench.json'}", file=sys.stderr)
 
 

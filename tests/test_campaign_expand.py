@@ -94,7 +94,7 @@ def test_ids_are_the_record_config_hash(tmp_path):
     ("llm_training", ["13B"], "H100", 1),
     ("llm_training", ["175B"], "JUPITER", 1),
     ("fno", ["all"], "H100", 8),
-    ("fno", ["RBC3D", "eval"], "H100", 5),
+    ("fno", ["RBC3D", "eval"], "H100", 1),
 ])
 def test_shipped_suite_point_counts(name, tag_list, system, count):
     points = expand(suite_mod.load(name), set(tag_list), system)

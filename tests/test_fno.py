@@ -57,12 +57,15 @@ def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
                             results, "--json")
     commands["malformed"] = _cli("run", "fno", "--preset", "smoke-RBC2D", "data=file", f"data_path={bad}",
                                  "--results", results, "--json")
+    commands["host"] = _cli("run", "fno", "--preset", "smoke-PIC2D", "data=synthetic-host", "--results", results,
+                            "--json")
     commands["ddp"] = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                        "29611", "-m", "caraml", "run", "fno", "--preset", "smoke-PIC1D", "--results",
                        str(base / "ddp"), "--json"]
-    for tags, name in ((["all"], "sweep-train"), (["all", "eval"], "sweep-eval"), (["RBC3D", "ddp"], "sweep-ddp")):
-        commands[name] = _cli("sweep", "fno", *[a for t in tags for a in ("--tag", t)], "--system", "H100",
-                              "--dry-run", "--json")
+    # CARAML's global batch (8: 4 a rank) through its loaders with a DistributedSampler
+    commands["ddp-host"] = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                            "29612", "-m", "caraml", "run", "fno", "--preset", "smoke-RBC2D", "batch_size=0",
+                            "global_batch_size=8", "data=synthetic-host", "--results", str(base / "ddp"), "--json"]
     env = cli_env(OMP_NUM_THREADS=1)
     out, running, waiting = {}, {}, list(commands.items())
     deadline = time.monotonic() + 2 * HANG_S  # all of them, four at a time: bounds a hang only
@@ -140,7 +143,9 @@ def test_hdf5_round_trip_through_fno_synthetic(runs):
     m = record["metrics"]
     assert record["status"] == "ok", record["error"]
     assert m["data"]["source"] == "file" and m["data"]["samples_in_file"] == 10 and m["data"]["synthetic_file"]
+    assert m["data_source"] == "file" and m["data"]["path_taken"].startswith("host DataLoader")
     assert (m["data"]["train_samples"], m["data"]["val_samples"]) == (8, 2)  # CARAML's 80/20 split
+    assert m["timesteps"] == 10 and m["train_timesteps"] == 8  # one counted epoch of the whole file
     assert m["grid"] == "256x64" and m["input_shape"] == "[4,4,256,64]"  # the file's grid, not the preset's
 
 
@@ -153,27 +158,24 @@ def test_bad_data_file_is_one_line_exit_2(runs):
 
 
 @pytest.mark.multiprocess
-def test_suite_matches_caraml_table(runs):
-    train = json.loads(runs["sweep-train"].stdout)
-    assert len(train) == 8
-    for p in train:
-        q = p["params"]
-        (_, width, modes, layers, batch) = CARAML_TABLE[q["problem"]]
-        assert (q["width"], q["modes"], q["layers"], q["batch_size"]) == (width, modes, layers, batch)
-        assert (q["mode"], q["epochs"], q["compile"], q["compile_mode"]) == ("train", 5, "inductor", "default")
-        assert p["devices_per_node"] == 1 and q["data"] == "synthetic"
-    assert sorted((p["params"]["problem"], p["params"]["precision"]) for p in train) == sorted(
-        (problem, precision) for problem in PROBLEMS for precision in ("fp32", "fp16"))
-    evals = json.loads(runs["sweep-eval"].stdout)
-    assert len(evals) == 20 and {p["params"]["precision"] for p in evals} == {"fp32"}
-    for problem in PROBLEMS:
-        modes = {(p["params"]["compile"], p["params"]["compile_mode"]) for p in evals
-                 if p["params"]["problem"] == problem}
-        assert modes == {("none", "default")} | {("inductor", m) for m in
-                                                 ("default", "reduce-overhead", "max-autotune",
-                                                  "max-autotune-no-cudagraphs")}
-    ddp = json.loads(runs["sweep-ddp"].stdout)
-    assert {p["devices_per_node"] for p in ddp} == {4} and {p["params"]["grid"] for p in ddp} == {"64x64x32"}
+def test_host_loader_path(runs):
+    record = _record(runs["host"])
+    m = record["metrics"]
+    assert record["status"] == "ok", record["error"]
+    assert m["data_source"] == "synthetic-host" and m["data"]["workers"] == 1 and not m["data"]["pinned_memory"]
+    assert (m["data"]["train_samples"], m["data"]["val_samples"]) == (16, 4)  # 5 global batches, split 80/20
+    assert m["caraml_timesteps_per_s"] == pytest.approx(m["timesteps"] / m["total_compute_time_s"])
+
+
+@pytest.mark.multiprocess
+def test_ddp_global_batch_through_distributed_loaders(runs):
+    record = _record(runs["ddp-host"])
+    m = record["metrics"]
+    assert record["status"] == "ok", record["error"]
+    assert record["params"]["global_batch_size"] == 8 and m["global_batch_size"] == 8 and m["dp"] == 2
+    assert m["data"]["batch_per_device"] == 4 and "DistributedSampler" in m["data"]["shuffle"]
+    assert m["units"] == 8 * m["measured_steps"]
+    assert m["epochs"]["train_samples_per_epoch"] == 32  # the data set's, as CARAML counts (5 x 8, 80 %)
 
 
 def _config(**given):
@@ -254,7 +256,7 @@ def _stop_after(calls: int):
 def test_epochs_are_the_extra_phase_and_stop_at_a_step():
     bench = _smoke_bench(epochs=3)
     assert bench.extra_phase == "caraml-epochs" and bench.epochs is None  # nothing of them ran in build
-    steps_per_epoch = len(bench.train_batches) + 1  # 4 training batches, 1 validation batch
+    steps_per_epoch = len(bench.data.train_batches) + 1  # 4 training batches, 1 validation batch
     should_stop, asked = _stop_after(10**9)
     bench.run_extra(should_stop)
     assert len(asked) == 3 * steps_per_epoch  # once per step

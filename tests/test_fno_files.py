@@ -74,7 +74,8 @@ def test_a_float64_file_trains_and_its_record_names_the_conversion(tmp_path):
     bench = build_bench(RunSpec("fno", {"data": "file", "data_path": str(path), "epochs": 0},
                                 preset="smoke-RBC2D"), device="cpu")
     bench.step()
-    assert str(bench.data.train_x.dtype) == str(bench.data.val_y.dtype) == "torch.float32"
+    x, y = bench.data.next_batch()
+    assert str(x.dtype) == str(y.dtype) == "torch.float32"
     assert bench.data.describe()["file_dtype"] == "float64 (converted to float32)"
 
 

@@ -148,17 +148,16 @@ def test_llm_and_fno_expand_like_the_shipped_suites(tree):
     got = points(tree, FNO_RUN)
     assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "RBC3D", "--tag", "ddp", "--tag", "eval",
                                                "--system", "H100")
-    assert len(got) == 5 and {(p["devices_per_node"], p["params"]["mode"], p["params"]["width"]) for p in got} \
+    # CARAML's fno_compile.py table: one job, eager then each compile mode inside it
+    assert len(got) == 1 and {(p["devices_per_node"], p["params"]["mode"], p["params"]["width"]) for p in got} \
         == {(4, "eval", 25)}
-    assert {(p["params"]["compile"], p["params"]["compile_mode"]) for p in got} == {
-        ("none", "default"), ("inductor", "default"), ("inductor", "reduce-overhead"), ("inductor", "max-autotune"),
-        ("inductor", "max-autotune-no-cudagraphs")}
+    assert {(p["params"]["compile"], p["params"]["compile_report"]) for p in got} == {("none", True)}
 
     jube(tree, "run", FNO, "--tag", "MILA", "all", "dryrun")
     got = points(tree, FNO_RUN)
     assert {p["id"] for p in got} == sweep_ids("fno", "--tag", "all", "--system", "MILA")
-    assert {p["params"]["problem"]: p["params"]["batch_size"] for p in got} == {"PIC1D": 20, "PIC2D": 8,
-                                                                                 "RBC2D": 20, "RBC3D": 20}
+    assert {p["params"]["problem"]: p["params"]["global_batch_size"] for p in got} == {
+        "PIC1D": 20, "PIC2D": 8, "RBC2D": 20, "RBC3D": 20}
     assert len(got) == 8 and {p["params"]["precision"] for p in got} == {"fp32", "fp16"}
 
     jube(tree, "run", FNO, "--tag", "MILA", "all", "smoke", "dryrun")
@@ -190,8 +189,10 @@ def test_fno_smoke_runs_on_cpu(tree):
     jube(tree, "run", FNO, "--tag", "CPU", "PIC1D", "smoke")
     jube(tree, "continue", FNO_RUN, "-i", "last")
     header, rows = table(jube(tree, "result", FNO_RUN, "-i", "last").stdout)
-    assert header[:3] == ["System", "Problem", "Devices"] and "TrainTimesteps/second" in header
+    assert header[:5] == ["System", "Version", "Problem", "Config", "Devices"] and "TrainTimesteps/second" in header
     [row] = rows
+    assert (row["Version"], row["Config"]) == ("2025.02", "electrostatic_plasma1d_pic.yaml")
+    assert int(row["Timesteps"]) > 0 and float(row["TotalComputeTime (s)"]) > 0
     assert (row["System"], row["Problem"], row["Mode"], row["Compiler"], row["Status"]) == (
         "CPU", "PIC1D", "train", "none", "ok")
     assert row["InputShape"] == "[4,2,512]" and float(row["Timesteps/s"]) > 0

@@ -30,10 +30,13 @@ class TwoRanks:
 
 
 def fno_figures(times: EpochTimes, n_train: int, n_val: int, dist=None) -> dict:
+    """`n_train`, `n_val`: the data set's samples per epoch, all ranks' (CARAML's count)."""
     from caraml.workloads.fno.bench import FNOBench
 
-    stub = SimpleNamespace(dist=dist or OneRank())
-    return FNOBench._epoch_figures(stub, times, n_train, n_val, {"train_loss": 0.5, "val_loss": 0.6})
+    stub = SimpleNamespace(dist=dist or OneRank(), data=SimpleNamespace(n_train=n_train, n_val=n_val, batch=10),
+                           flops={"per_sample": 1.0})
+    state = {"train_loss": 0.5, "val_loss": 0.6, "batches": [1] * times.epochs, "memory": None}
+    return FNOBench._epoch_figures(stub, times, state)
 
 
 def test_fno_timesteps_per_s_count_every_epoch_after_the_first():
@@ -54,7 +57,7 @@ def test_fno_train_timesteps_per_s_leave_validation_time_out():
 
 def test_fno_figures_over_ranks_use_the_slowest_time_and_all_samples():
     times = EpochTimes(train_s=[9.0, 2.0, 3.0], val_s=[4.0, 1.0, 1.0])
-    out = fno_figures(times, n_train=100, n_val=40, dist=TwoRanks())
+    out = fno_figures(times, n_train=200, n_val=80, dist=TwoRanks())
     assert out["train_samples_per_epoch"] == 200 and out["val_samples_per_epoch"] == 80
     assert out["train_timesteps_per_s"] == pytest.approx(2 * 200 / (1.5 * 5.0))
     assert out["caraml_timesteps_per_s"] == pytest.approx(2 * 280 / (1.5 * 7.0))

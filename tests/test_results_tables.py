@@ -61,7 +61,7 @@ def test_golden_tables_of_every_workload(campaign):
                                  check=0).stdout)
     text = cli("result", "--results", campaign, "--workload", "fno", check=0).stdout  # rich's drawing: no golden
     assert text.splitlines()[0].strip() == "fno"
-    for cell in ("Timesteps/s", "TrainTimesteps/second", "PeakMemory GiB", "Energy/device Wh", "3,757.0",
+    for cell in ("Timesteps/s", "TrainTimesteps/second", "PeakMemory GiB", "Energy/GPU (Wh)", "3,757.0",
                  "max-autotune"):
         assert cell in text
 

@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 class EpochTimes:
     train_s: list[float] = field(default_factory=list)
     val_s: list[float] = field(default_factory=list)
+    epoch_s: list[float] = field(default_factory=list)  # the whole epoch: train, validation and end_of_epoch
     stopped: bool = False  # a stop came: the epochs listed are the complete ones
 
     @property
@@ -46,6 +47,8 @@ def run_epochs(epochs: int, train: Callable[[int], Iterable], validate: Callable
         times.val_s.append(end - middle)
         if end_of_epoch is not None:
             end_of_epoch(epoch)
+            sync()
+        times.epoch_s.append(time.perf_counter() - start)
     return times
 
 

@@ -213,6 +213,7 @@ SHARED = {
     "queue": config("queue", "Queue", lambda r: _slurm(r).get("SLURM_JOB_PARTITION") or _site(r).get("partition")
                     or None),
     "runtime_s": metric("runtime_s", "Runtime(s)", _runtime_s),
+    "runtime_min": metric("runtime_min", "Runtime(min)", lambda r: _runtime_s(r) / 60 if _runtime_s(r) else None),
     "tasks_per_node": config("tasks_per_node", "Tasks/Node", _tasks_per_node, "int"),
     "threads_per_task": config("threads_per_task", "Threads/Task", _threads_per_task, "int"),
     "energy_file": run_column("energy_file", "EnergyFile", _energy_file),

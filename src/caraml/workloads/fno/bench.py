@@ -26,7 +26,7 @@ from caraml.kit.epochs import EpochTimes, run_epochs
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, grad_scaler, matmul_tf32_allowed, precision_in_use
 from caraml.kit.step import backward_and_step
-from caraml.workloads.fno import COMPILE_MODES, files, flops
+from caraml.workloads.fno import CARAML_CONFIG_FILES, COMPILE_MODES, files, flops
 from caraml.workloads.fno.config import FNOConfig
 from caraml.workloads.fno.model import build_model, count_parameters
 from caraml.workloads.fno.problems import (
@@ -37,8 +37,12 @@ from caraml.workloads.fno.problems import (
     shape_text,
 )
 
-REPORT_ITERATIONS = 5  # CARAML's fno_compile.py: 5 iterations, the mean of iterations 2-4 timed
-REPORT_TIMED = slice(1, 4)
+REPORT_ITERATIONS = 5  # CARAML's fno_compile.py: 5 iterations, np.mean(times[2:]): the last three timed
+REPORT_TIMED = slice(2, None)
+
+# CARAML's summary figures of the epochs, also flat in the record for its table
+CARAML_EPOCH_KEYS = ("mean_compile_time_s", "total_epoch_time_s", "total_train_time_s", "total_compute_time_s",
+                     "timesteps", "train_timesteps", "counted_epochs")
 
 CONVENTIONS = {
     "throughput": "ours: steady state, samples (timesteps) per second over the harness's measured window of "
@@ -61,68 +65,32 @@ def loss_fn(kind: str):
     return vector_norm
 
 
-class Data:
-    """This rank's train and validation samples, on the device, with CARAML's 80/20 split in file order."""
+class DeviceData:
+    """data=synthetic: this rank's train and validation samples made on the device (the model alone, no loader),
+    CARAML's 80/20 split; the same interface as loader.LoaderData."""
 
-    def __init__(self, cfg: FNOConfig, ctx: RunContext):
-        self.batch = cfg.batch_size
-        self.path = None
-        if cfg.data == "file":
-            self._read_file(cfg, ctx)
-        else:
-            self._make_synthetic(cfg, ctx)
-        self.val_batch = min(self.batch, self.val_x.shape[0])
+    source = "synthetic"
 
-    def _read_file(self, cfg: FNOConfig, ctx: RunContext) -> None:
-        """The file's first `samples` samples; this rank's equal shard of the train and of the validation part, and
-        only those rows read (checked first to fit in the memory available: bad input otherwise)."""
-        pb, rank, world = cfg.problem, ctx.rank, ctx.world_size
-        path = files.resolve_path(cfg.data_path, pb, ctx.data_root)
-        with files.DataFile(path, pb) as data:
-            n = data.samples if not cfg.samples else min(cfg.samples, data.samples)
-            n_train = int(TRAIN_FRACTION * n)
-            # equal shards, so that every rank runs as many steps as the others
-            tr, va = n_train // world, (n - n_train) // world
-            if tr < self.batch:
-                raise BadInput(f"fno: {path} has {n} samples: {n_train} train, {tr} per device, fewer than "
-                               f"batch_size={self.batch}; use a smaller batch_size or a file with more samples")
-
-            def read():
-                data.check_fits(tr + va, readers=ctx.dist.local_world_size, world=world)
-                shards = [(data.rows(start, start + count), start) for start, count in
-                          ((rank * tr, tr), (n_train + rank * va, va))]
-                for (x, y), start in shards:
-                    for name, values in (("inputs", x), ("outputs", y)):
-                        files.check_finite(values, f"{data.where}: {name}", first=start)
-                return [rows for rows, _ in shards]
-
-            train, val = _on_every_rank(ctx.dist, read)
-            got = data.describe()
-        self.path, self.samples_in_file, self.synthetic_file = str(path), got["samples_in_file"], got["synthetic"]
-        self.file_dtype = got.get("file_dtype")
-        self.spatial, domain = got["spatial"], got["domain"]
-        (self.train_x, self.train_y), (self.val_x, self.val_y) = (
-            self._on_device(pb, x, y, domain, ctx.device) for x, y in (train, val))
-
-    @staticmethod
-    def _on_device(pb: Problem, x, y, domain: float, device):
-        x, y = torch.from_numpy(x), torch.from_numpy(y)
-        if pb.position_channels and domain != files.DOMAIN:  # the model's transforms take positions in [0, 2 pi)
-            x[:, :pb.position_channels] *= files.DOMAIN / domain
-        return x.to(device), y.to(device)
-
-    def _make_synthetic(self, cfg: FNOConfig, ctx: RunContext) -> None:
-        """Random samples of the problem's shapes, made on the device, seeded per rank."""
-        pb, batch = cfg.problem, self.batch
+    def __init__(self, cfg: FNOConfig, ctx: RunContext, batch: int):
+        pb, self.batch, self.device, world = cfg.problem, batch, ctx.device, ctx.world_size
         self.spatial = cfg.spatial
         # default: 4 training batches and a validation batch for the epoch runner, else 2 batches to alternate
         wanted = cfg.samples or (5 * batch if cfg.runs_epochs else 2 * batch)
         n_train = int(TRAIN_FRACTION * wanted) if cfg.runs_epochs else wanted
         if n_train < batch:
-            raise BadInput(f"fno: samples={wanted} leave {n_train} for training, fewer than batch_size={batch}")
+            raise BadInput(f"fno: samples={wanted} leave {n_train} for training, fewer than the batch of {batch} per "
+                           "device")
         gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed * 1000 + ctx.rank)
         self.train_x, self.train_y = self._random(pb, n_train, gen, ctx.device)
         self.val_x, self.val_y = self._random(pb, wanted - n_train, gen, ctx.device)
+        self.val_batch = min(cfg.val_batch_size or batch, self.val_x.shape[0])
+        self.train_batches = self._batches(self.train_x, self.train_y, batch)
+        self.val_batches = self._batches(self.val_x, self.val_y, self.val_batch)
+        # the epochs' samples, all ranks' (CARAML counts its whole data set)
+        self.n_train, self.n_val = (len(b) * size * world for b, size in ((self.train_batches, batch),
+                                                                          (self.val_batches, self.val_batch)))
+        self._gen = torch.Generator(device="cpu").manual_seed(ctx.seed)
+        self._i = -1
 
     def _random(self, pb: Problem, n: int, gen, device):
         x = torch.randn(n, pb.in_channels, *self.spatial, device=device, generator=gen)
@@ -132,18 +100,36 @@ class Data:
         y = torch.randn(n, pb.out_channels, *self.spatial, device=device, generator=gen)
         return x, y
 
-    def batches(self, x, y, size: int):
+    @staticmethod
+    def _batches(x, y, size: int):
         """Contiguous batches (views, no copies); the remainder is left out so that shapes never change."""
         return [(x[i:i + size], y[i:i + size]) for i in range(0, x.shape[0] - size + 1, size)] if size else []
 
+    def train_epoch(self, epoch: int):
+        """The training batches in a new random order (indexing on the device: a gather, no host copy)."""
+        n = len(self.train_batches) * self.batch
+        order = torch.randperm(self.train_x.shape[0], generator=self._gen)[:n].to(self.device)
+        for i in range(0, n, self.batch):
+            idx = order[i:i + self.batch]
+            yield self.train_x[idx], self.train_y[idx]
+
+    def val_epoch(self, epoch: int):
+        yield from self.val_batches
+
+    def next_batch(self):
+        self._i = (self._i + 1) % len(self.train_batches)
+        return self.train_batches[self._i]
+
+    def sample_batch(self):
+        return self.train_batches[0]
+
     def describe(self) -> dict:
-        out = {"source": "file" if self.path else "synthetic", "train_samples": int(self.train_x.shape[0]),
-               "val_samples": int(self.val_x.shape[0]), "per": "device (rank)"}
-        if self.path:
-            out.update(path=self.path, samples_in_file=self.samples_in_file, synthetic_file=self.synthetic_file)
-            if self.file_dtype:
-                out["file_dtype"] = self.file_dtype
-        return out
+        return {"source": "synthetic", "path_taken": "made on the device, no loader",
+                "train_samples": int(self.train_x.shape[0]), "val_samples": int(self.val_x.shape[0]),
+                "per": "device (rank)", "batch_per_device": self.batch, "val_batch_per_device": self.val_batch}
+
+    def close(self) -> None:
+        self.train_batches = self.val_batches = []
 
 
 def _on_every_rank(dist, work):
@@ -164,16 +150,13 @@ class FNOBench:
         self.device, self.dist, self.problem = ctx.device, ctx.dist, cfg.problem
         torch.manual_seed(ctx.seed)  # the same initial weights on every rank
         torch.set_float32_matmul_precision(cfg.matmul_precision)
-        self.data = Data(cfg, ctx)
+        self.data = _on_every_rank(ctx.dist, lambda: self._make_data(cfg, ctx))
         self._build_model()
         self._build_optimizer()
         self.autocast = autocast(cfg.precision, ctx.device)
         self.scaler = grad_scaler(cfg.precision, ctx.device)
         self.memory_split = self._memory_split() if ctx.device.type == "cuda" and cfg.train else None
         self._set_up_steps()
-        self.train_batches = self.data.batches(self.data.train_x, self.data.train_y, self.data.batch)
-        self.all_batches = self.train_batches + self.data.batches(self.data.val_x, self.data.val_y, self.data.batch)
-        self._i = -1
         # CARAML's own measurements, after the steady-state window (run_extra)
         self.extra_phase = ("caraml-epochs" if cfg.runs_epochs else
                             "caraml-compile-report" if cfg.compile_report else None)
@@ -187,6 +170,21 @@ class FNOBench:
             compiled=cfg.compiled)
 
     # set-up ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _make_data(cfg: FNOConfig, ctx: RunContext):
+        """CARAML's loaders over a file or host arrays, or samples made on the device (data=synthetic). The batch
+        per device is the global batch's share (bad input when it does not split evenly) or batch_size."""
+        dp = ctx.dims.dp
+        misfit = cfg.batch_misfit(dp)
+        if misfit:
+            raise BadInput(misfit)
+        batch = cfg.local_batch(dp)
+        if not cfg.loader:
+            return DeviceData(cfg, ctx, batch)
+        from caraml.workloads.fno.loader import LoaderData, resolve_source
+
+        return LoaderData(cfg, ctx, resolve_source(cfg.data, cfg.data_path, cfg.problem, ctx.data_root), batch)
+
     def _build_model(self) -> None:
         """The operator for the data's grid or particles (checked against the kept modes), its FLOPs counted on the
         meta device, on the device and, with several processes, under DDP."""
@@ -249,11 +247,13 @@ class FNOBench:
         else:
             self._train = torch.compile(self._train_step, **options)
             self._infer = torch.compile(self._infer_step, **options)
+        if cfg.compile_scope == "epoch":  # CARAML's torch.compile(self.train): the whole epoch, loader included
+            self._whole_epoch = torch.compile(self._train_whole_epoch, **options)
 
     def _memory_split(self) -> dict:
         """CARAML's memory columns from one eager training step: peak in the forward pass, activations kept
         for backward, and what persists after the step (weights, gradients, Adam state, data)."""
-        x, y = self.data.train_x[:self.data.batch], self.data.train_y[:self.data.batch]
+        x, y = self.data.sample_batch()
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
@@ -286,13 +286,12 @@ class FNOBench:
             torch.compiler.cudagraph_mark_step_begin()
 
     def step(self) -> None:
+        x, y = self.data.next_batch()  # data=file|synthetic-host: from the loader, copied host -> device
         self._mark()
         if self.cfg.train:
-            self._i = (self._i + 1) % len(self.train_batches)
-            self._train(*self.train_batches[self._i])
+            self._train(x, y)
         else:
-            self._i = (self._i + 1) % len(self.all_batches)
-            self._infer(self.all_batches[self._i][0])
+            self._infer(x)
 
     # CARAML's measurements, the harness's extra phase --------------------------------------------------
     def _sync(self) -> None:
@@ -311,64 +310,110 @@ class FNOBench:
             self.compile_report = self._compile_report(should_stop)
 
     def _run_epochs(self, should_stop) -> dict:
-        """CARAML's epoch loop: shuffled training batches, then validation (no gradients), each timed."""
-        data = self.data
-        n_train = len(self.train_batches) * data.batch
-        val = data.batches(data.val_x, data.val_y, data.val_batch)
-        gen = torch.Generator(device="cpu").manual_seed(self.ctx.seed)
-        shuffle = lambda: torch.randperm(data.train_x.shape[0], generator=gen)[:n_train].to(self.device)
-        state = {"order": shuffle(), "train_loss": None, "val_loss": None}
+        """CARAML's epoch loop: this rank's training batches (shuffled), then validation (no gradients), each timed;
+        on CUDA, CARAML's memory probes every 10th training batch. compile_scope=epoch runs each training epoch as
+        one compiled call (CARAML's torch.compile(self.train)): a stop is then seen between epochs only."""
+        data, cuda = self.data, self.device.type == "cuda"
+        state = {"train_loss": None, "val_loss": None, "batches": [], "memory": None}
+        probes = cuda and self.cfg.compile_scope != "step"  # a step compiled whole has no point between its passes
 
         def train(epoch):
-            loss, order = None, state["order"]
-            for i in range(0, n_train, data.batch):
-                idx = order[i:i + data.batch]
-                self._mark()
-                loss = self._train(data.train_x[idx], data.train_y[idx])
+            if self.cfg.compile_scope == "epoch":
+                loss, batches, memory = self._whole_epoch(epoch)
                 yield
+            else:
+                loss, batches, memory = None, 0, ([], [])
+                for x, y in data.train_epoch(epoch):
+                    self._mark()
+                    loss = self._probed_step(x, y, memory) if probes and batches % 10 == 0 else self._train(x, y)
+                    batches += 1
+                    yield
+            state["batches"].append(batches)
+            state["memory"] = memory if memory[0] else None  # the last epoch's, as CARAML's table shows
             state["train_loss"] = float(loss)  # now: a CUDA graph's output is overwritten by its next replay
 
+        # compile_scope=epoch: validation eager, as CARAML's valid() outside its compiled self.train
+        infer = self._infer_step if self.cfg.compile_scope == "epoch" else self._infer
+
         def validate(epoch):
-            total = None
-            for x, y in val:
+            total, n = None, 0
+            for x, y in data.val_epoch(epoch):
                 self._mark()
                 with self.autocast():
-                    loss = self.loss(self._infer(x), y)
-                total = loss if total is None else total + loss
+                    loss = self.loss(infer(x), y)
+                total, n = (loss if total is None else total + loss), n + 1
                 yield
-            state["val_loss"] = float(total) / len(val) if val else None
+            state["val_loss"] = float(total) / n if n else None
 
-        def end_of_epoch(epoch):  # outside the timed parts: the learning rate, the next epoch's order
+        def end_of_epoch(epoch):  # outside the timed parts
             self.scheduler.step()
-            state["order"] = shuffle()
 
         times = run_epochs(self.cfg.epochs, train, validate, self._sync, should_stop, end_of_epoch)
-        return self._epoch_figures(times, n_train, len(val) * data.val_batch, state)
+        return self._epoch_figures(times, state)
 
-    def _epoch_figures(self, times: EpochTimes, n_train: int, n_val: int, state: dict) -> dict:
-        """CARAML's Timesteps/s and TrainTimesteps/s over the epochs completed, the first left out. The ranks
-        leave run_epochs together (at the same step when stopped), so the reductions here are safe either way."""
-        dist, train_s, val_s = self.dist, times.train_s, times.val_s
+    def _train_whole_epoch(self, epoch):
+        """One training epoch as one function (compile_scope=epoch compiles it, as CARAML compiles self.train); the
+        memory probes run inside, as CARAML's do (graph breaks)."""
+        loss, batches, memory = None, 0, ([], [])
+        for x, y in self.data.train_epoch(epoch):
+            if self.device.type == "cuda" and batches % 10 == 0:
+                loss = self._probed_step(x, y, memory)
+            else:
+                loss = self._train_step(x, y)
+            batches += 1
+        return loss, batches, memory
+
+    def _probed_step(self, x, y, memory):
+        """A training step with CARAML's memory probes: memory allocated after the forward pass and loss, and after
+        the optimizer step (operator_learning's train(), every 10th batch)."""
+        with self.autocast():
+            loss = self.loss(self.forward(x), y)
+        memory[0].append(torch.cuda.memory_allocated(self.device))
+        backward_and_step(loss, self.optimizer, self.scaler)
+        memory[1].append(torch.cuda.memory_allocated(self.device))
+        return loss.detach()
+
+    def _epoch_figures(self, times: EpochTimes, state: dict) -> dict:
+        """CARAML's figures over the epochs completed (operator_learning's learn() with benchmark on): the first
+        epoch left out of the totals; samples are the whole data set's (all ranks'), times the slowest rank's. The
+        ranks leave run_epochs together (at the same step when stopped), so the reductions here are safe."""
+        dist, data, train_s, val_s = self.dist, self.data, times.train_s, times.val_s
         counted = slice(1, None) if len(train_s) > 1 else slice(None)  # the first epoch left out
         n_epochs = len(train_s[counted])
-        # every rank's samples, over the slowest rank's time
         train_time = dist.all_reduce(sum(train_s[counted]), "max")
-        both_time = dist.all_reduce(sum(train_s[counted]) + sum(val_s[counted]), "max")
-        train_samples = dist.all_reduce(float(n_train), "sum")
-        val_samples = dist.all_reduce(float(n_val), "sum")
-        return {"epochs": len(train_s), "counted_epochs": n_epochs, "first_epoch_left_out": len(train_s) > 1,
-                "stopped": times.stopped, "train_samples_per_epoch": int(train_samples),
-                "val_samples_per_epoch": int(val_samples), "train_time_s": train_s, "val_time_s": val_s,
-                "caraml_timesteps_per_s": n_epochs * (train_samples + val_samples) / both_time if both_time else None,
-                "train_timesteps_per_s": n_epochs * train_samples / train_time if train_time else None,
-                "last_train_loss": state["train_loss"] if train_s else None,
-                "last_val_loss": state["val_loss"] if train_s else None}
+        compute_time = dist.all_reduce(sum(train_s[counted]) + sum(val_s[counted]), "max")
+        epoch_time = dist.all_reduce(sum(times.epoch_s[counted]), "max")
+        timesteps, train_timesteps = n_epochs * (data.n_train + data.n_val), n_epochs * data.n_train
+        # CARAML: TFLOP/s per device per epoch = one batch's training FLOPs x batches / the epoch's train time
+        batch_flops = self.flops["per_sample"] * data.batch
+        tflops = [batch_flops * n / t / 1e12 for n, t in zip(state["batches"], train_s) if t > 0]
+        out = {"epochs": len(train_s), "counted_epochs": n_epochs, "first_epoch_left_out": len(train_s) > 1,
+               "stopped": times.stopped, "train_samples_per_epoch": data.n_train,
+               "val_samples_per_epoch": data.n_val, "train_time_s": train_s, "val_time_s": val_s,
+               "epoch_time_s": times.epoch_s,
+               # CARAML's summary: TotalEpochTime, TotalComputeTime (train + validation), TotalTrainTime,
+               # MeanCompileTime (the mean training time of the epochs after the first), TotalTimesteps, ...
+               "total_epoch_time_s": epoch_time, "total_compute_time_s": compute_time,
+               "total_train_time_s": train_time,
+               "mean_compile_time_s": statistics.mean(train_s[counted]) if train_s else None,
+               "timesteps": timesteps, "train_timesteps": train_timesteps,
+               "caraml_timesteps_per_s": timesteps / compute_time if compute_time else None,
+               "train_timesteps_per_s": train_timesteps / train_time if train_time else None,
+               "tflops_per_epoch": tflops, "tflops": statistics.mean(tflops) if tflops else None,
+               "last_train_loss": state["train_loss"] if train_s else None,
+               "last_val_loss": state["val_loss"] if train_s else None}
+        memory = state["memory"]
+        if memory:  # CARAML's PeakFwdMem, PersistentMem, ActivationMem (MB = 2**20 bytes), the last epoch's means
+            fwd, after = (statistics.mean(m) / 2**20 for m in memory)
+            out["caraml_memory_mb"] = {"peak_fwd": fwd, "persistent": after, "activation": fwd - after,
+                                       "probes": len(memory[0])}
+        return out
 
     def _compile_report(self, should_stop) -> dict:
         """CARAML's fno_compile.py: inference on one batch, eager and under each compile mode, 5 iterations each,
         the mean of iterations 2-4, and the speedup over eager. `should_stop()` is asked before every iteration,
         also those of a mode that failed, so that every rank asks as often."""
-        x = self.all_batches[0][0]
+        x = self.data.sample_batch()[0]
         rows, stopped = [], False
         for mode in ("eager",) + COMPILE_MODES:
             torch._dynamo.reset()
@@ -395,8 +440,8 @@ class FNOBench:
         eager = rows[0].get("time_s") if rows else None
         for row in rows:
             row["speedup"] = eager / row["time_s"] if eager and row.get("time_s") else None
-        return {"iterations": REPORT_ITERATIONS, "timed": "mean of iterations 2-4", "batch": int(x.shape[0]),
-                "precision": self.cfg.precision, "rows": rows, "stopped": stopped}
+        return {"iterations": REPORT_ITERATIONS, "timed": "mean of iterations 3-5 (CARAML: times[2:])",
+                "batch": int(x.shape[0]), "precision": self.cfg.precision, "rows": rows, "stopped": stopped}
 
     def _report_iteration(self, fn, x, compiled: bool) -> float:
         if compiled:
@@ -420,6 +465,7 @@ class FNOBench:
         dp = self.ctx.dims.dp
         out = {
             "global_batch_size": data.batch * dp, "dp": dp,
+            "caraml_config": CARAML_CONFIG_FILES[pb.name], "caraml_version": cfg.caraml_version,
             "settings": {"problem": pb.name, "kind": pb.kind, "in_channels": pb.in_channels,
                          "out_channels": pb.out_channels, "width": cfg.width, "modes": list(cfg.modes),
                          "layers": cfg.layers, "batch_size": data.batch, "lr": cfg.lr,
@@ -431,7 +477,7 @@ class FNOBench:
             "input_shape": "[" + ",".join(str(n) for n in (data.batch, pb.in_channels, *data.spatial)) + "]",
             "grid": shape_text(data.spatial) if pb.kind == "grid" else None,
             "particles": data.spatial[-1] if pb.kind != "grid" else None,
-            "data": data.describe(),
+            "data": data.describe(), "data_source": data.source,
             "throughput_conventions": CONVENTIONS,
             "flops": self.flops,
             "math": {"matmul_precision": cfg.matmul_precision,
@@ -440,9 +486,16 @@ class FNOBench:
                      "transform": self.raw_model.transform.describe()},
         }
         if self.epochs:
-            out["epochs"] = self.epochs
-            out["caraml_timesteps_per_s"] = self.epochs["caraml_timesteps_per_s"]
-            out["train_throughput"] = {"value": self.epochs["train_timesteps_per_s"], "unit": "timesteps/s"}
+            ep = self.epochs
+            out["epochs"] = ep
+            out["caraml_timesteps_per_s"] = ep["caraml_timesteps_per_s"]
+            out["train_throughput"] = {"value": ep["train_timesteps_per_s"], "unit": "timesteps/s"}
+            # CARAML's table columns, flat for the results table
+            out.update({key: ep[key] for key in CARAML_EPOCH_KEYS})
+            out["caraml_tflops"] = ep["tflops"]
+            for key, value in (ep.get("caraml_memory_mb") or {}).items():
+                if key != "probes":
+                    out[f"{key}_mem_mb"] = value
         if self.memory_split:
             out["memory_split"] = self.memory_split
         if self.compile_report:
@@ -450,5 +503,6 @@ class FNOBench:
         return out
 
     def close(self) -> None:
-        self.train_batches = self.all_batches = []
+        if self.data is not None:
+            self.data.close()
         self.data = None

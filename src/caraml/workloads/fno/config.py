@@ -26,7 +26,11 @@ class FNOConfig:
     mode: str
     """train (forward, backward, Adam) or eval (inference, no gradients)"""
     batch_size: int
-    """samples (timesteps) per device per step"""
+    """samples (timesteps) per device per step (with global_batch_size: 0, the global batch is split)"""
+    global_batch_size: int
+    """samples per step over all data-parallel devices (CARAML's batchSize), split over them; 0: batch_size"""
+    val_batch_size: int
+    """validation samples per device per step in CARAML's epochs; 0: the training batch per device"""
     width: int
     """channels of the Fourier layers"""
     modes: tuple[int, ...]
@@ -38,12 +42,15 @@ class FNOConfig:
     particles: int
     """PIC particles per sample of synthetic data; 0 for the RBC problems"""
     data: str
-    """synthetic (random tensors made on the device) or file (CARAML's HDF5 data set)"""
+    """synthetic (random tensors made on the device), file (CARAML's HDF5 data set through DataLoaders),
+    synthetic-host (the same loaders over generated arrays) or auto (file where it exists, else synthetic-host)"""
+    workers: int
+    """DataLoader worker processes per device (file, synthetic-host)"""
     data_path: str
     """data=file: the HDF5 file or its folder; empty: $CARAML_DATA/<CARAML's file name>"""
     samples: int
     """data=synthetic: samples made per device (0: 5 batches with epochs, else 2); data=file: the first this many
-    (0: all)"""
+    (0: all); data=synthetic-host: samples made in all (0: 5 global batches)"""
     epochs: int
     """mode=train: epochs of CARAML's epoch runner, after the steady-state window; 0: none"""
     precision: str
@@ -57,7 +64,8 @@ class FNOConfig:
     compile_mode: str
     """torch.compile mode for compile=inductor"""
     compile_scope: str
-    """model, pointwise (FFTs and spectral products left eager) or step (the whole train step with Adam)"""
+    """model, pointwise (FFTs and spectral products left eager), step (the whole train step with Adam) or epoch
+    (step, and CARAML's whole train epoch compiled as its torch.compile(self.train))"""
     compile_report: bool
     """CARAML's fno_compile.py table: inference time of eager and each compile mode, and the speedup"""
     matmul_precision: str
@@ -74,6 +82,8 @@ class FNOConfig:
     nufft_backend: str
     """how CARAML's PIC2D operator is computed: torchkbnufft (as CARAML) or matrix (the same operator as a dense
     matrix)"""
+    caraml_version: str
+    """which CARAML configuration the point follows (2025.02, 2026.02), or none"""
 
     @property
     def train(self) -> bool:
@@ -89,6 +99,24 @@ class FNOConfig:
         return self.compile == "inductor"
 
     @property
+    def loader(self) -> bool:
+        """Whether batches come through CARAML's DataLoaders from the host (every data path but synthetic)."""
+        return self.data != "synthetic"
+
+    def batch_misfit(self, dp: int) -> str | None:
+        """Why the global batch cannot be split over `dp` data-parallel devices, or None."""
+        if self.global_batch_size and self.global_batch_size % dp:
+            lower = self.global_batch_size // dp * dp
+            fits = f"{lower} or {lower + dp}" if lower else str(dp)
+            return (f"fno: global_batch_size={self.global_batch_size} does not split evenly over {dp} data-parallel "
+                    f"devices; use a multiple of {dp} (e.g. {fits}), or batch_size=N per device")
+        return None
+
+    def local_batch(self, dp: int) -> int:
+        """Training samples per device per step: the global batch's share, else batch_size."""
+        return self.global_batch_size // dp if self.global_batch_size else self.batch_size
+
+    @property
     def spatial(self) -> tuple[int, ...]:
         """The trailing shape of a synthetic sample: the grid, or (particles,)."""
         return self.grid or (self.particles,)
@@ -102,11 +130,16 @@ class FNOConfig:
                            "runs in complex64): use complex_mixed_precision=off or pic2d_operator=grid2d")
         modes, grid = _shapes(values, pb)
         particles = (values["particles"] or pb.particles) if pb.kind != "grid" else 0
-        if values["data"] == "synthetic":  # a file's grid is checked when the file is read
+        if values["data"] in ("synthetic", "synthetic-host"):  # a file's grid is checked when the file is read
             misfit = modes_misfit(pb.kind, modes, grid if pb.kind == "grid" else (particles,))
             if misfit:
                 raise BadInput(f"fno: {pb.name} with modes={shape_text(modes)}: {misfit}")
-        resolved = {"problem": pb, "batch_size": values["batch_size"] or pb.batch_size,
+        if values["global_batch_size"] and values["batch_size"]:
+            raise BadInput(f"fno: batch_size={values['batch_size']} (per device) and global_batch_size="
+                           f"{values['global_batch_size']} (split over the devices) both given; give one of them "
+                           "(after a preset that sets batch_size, add batch_size=0)")
+        batch = 0 if values["global_batch_size"] else values["batch_size"] or pb.batch_size
+        resolved = {"problem": pb, "batch_size": batch,
                     "width": values["width"] or pb.width, "modes": modes, "layers": values["layers"] or pb.layers,
                     "grid": grid if pb.kind == "grid" else (), "particles": particles, "lr": values["lr"] or pb.lr}
         return cls(**{f.name: resolved[f.name] if f.name in resolved else values[f.name] for f in fields(cls)})
