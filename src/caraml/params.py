@@ -36,6 +36,9 @@ class Param:
     # Part of what is measured, so part of the configuration's id; False for how it is measured (steps, seed,
     # power sampling): runs differing only in those measure the same configuration.
     identifies: bool = True
+    # False for a parameter added after records were stored: at its default it stays out of the configuration's
+    # id, so the points measured before it existed (which behaved as its default) keep their ids.
+    identifies_at_default: bool = True
     aliases: tuple[str, ...] = ()  # former names, still accepted (and read from older records)
     value_aliases: tuple[tuple[Any, Any], ...] = ()  # (former value, value), e.g. (("off", "fp32"),)
 

@@ -22,10 +22,23 @@ def config_id(workload: str, params: dict, system_tag: str, world_size: int, nod
     agree on what "the same point" is."""
     from caraml.settings import identity
 
-    params = identity(params)
+    params = _without_quiet_defaults(workload, identity(params))
     canonical = json.dumps({"workload": workload, "params": params, "system": system_tag,
                             "world_size": world_size, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _without_quiet_defaults(workload: str, params: dict) -> dict:
+    """The parameters without those declared `identifies_at_default=False` that hold their default."""
+    from caraml import workloads
+    from caraml.errors import BadInput
+
+    try:
+        declared = workloads.get(workload).params
+    except BadInput:  # a workload this installation does not have: its parameters as they are
+        return params
+    quiet = {p.name for p in declared if not p.identifies_at_default and params.get(p.name, p.default) == p.default}
+    return {k: v for k, v in params.items() if k not in quiet}
 
 
 def now() -> str:
