@@ -134,8 +134,8 @@ def test_layouts_the_levers_refuse(params, devices, needle):
 
     cfg = resolve(RunSpec("llm_training", params, "smoke")).config
     assert needle in layout_problem(cfg, devices)
-    assert layout_problem(resolve(RunSpec("llm_training", {"fused_loss": "chunked",
-                                                           "distributed_optimizer": "false"}, "smoke")).config, 2) is None
+    ddp = {"fused_loss": "chunked", "distributed_optimizer": "false"}
+    assert layout_problem(resolve(RunSpec("llm_training", ddp, "smoke")).config, 2) is None
 
 
 def test_ids_of_points_without_the_new_parameters_are_unchanged():

@@ -31,7 +31,8 @@ def device_problem(device) -> str | None:
     import torch
 
     if device.type != "cuda":
-        return f"precision=fp8 needs an NVIDIA GPU with float8 tensor cores (sm_89 or newer); this run is on {device.type}"
+        return (f"precision=fp8 needs an NVIDIA GPU with float8 tensor cores (sm_89 or newer); this run is on "
+                f"{device.type}: use precision=bf16")
     name = torch.cuda.get_device_name(device)
     if getattr(torch.version, "hip", None):
         return f"precision=fp8 is wired for NVIDIA GPUs (torchao's e4m3fn/e5m2); {name} is an AMD GPU"

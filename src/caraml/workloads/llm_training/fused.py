@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 LOSS_CHOICES = ("none", "chunked", "liger")
 CHUNK_ROWS = 8192  # rows of logits alive at once: 8192 x 50304 fp32 = 1.6 GB on the 800M
