@@ -61,6 +61,8 @@ FIELDS = {
     **{f"site.{k}": _TEXTS for k in ("sbatch_lines", "srun_args", "container_binds")},
     "site.env": _TABLE,
 }
+# caraml plan's link bandwidths, GB/s per device and direction (intra_node, inter_node), and their sources
+FIELDS.update({"links_gbps": _NUMBERS, "links_source": _NAMED_TEXTS})
 
 
 def _read(path: Path) -> dict:
