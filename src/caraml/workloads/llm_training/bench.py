@@ -24,7 +24,7 @@ from caraml.kit.compile import compile_options
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, autocast_dtype, matmul_tf32_allowed, precision_in_use
 from caraml.workloads.llm_training import data as data_mod
-from caraml.workloads.llm_training import parallel, sizes
+from caraml.workloads.llm_training import fp8, parallel, sizes
 from caraml.workloads.llm_training.config import TrainingConfig
 from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training.model import GPTConfig, attention_kernels
@@ -119,7 +119,7 @@ class GPTBench:
             units_per_step=float(self.micro * self.accumulation * self.cfg.model.seq_length), unit="tokens",
             flops_per_unit=self.sizes["flops_per_token"], flops_convention=sizes.FLOPS_CONVENTION,
             precision=precision_in_use(compute.precision, self.device, tf32_allowed=tf32), compiled=compute.compiled,
-            mfu_also=self.fast.mfu_also)
+            mfu_also=fp8.mfu_also(compute.precision))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         """AdamW; no weight decay on biases and norms (Megatron's rule: parameters of fewer than 2 dimensions);

@@ -22,11 +22,6 @@ class FastPaths:
     def fp8(self) -> bool:
         return self.compute.precision == "fp8"
 
-    @property
-    def mfu_also(self) -> tuple:
-        """Peaks MFU is stated against besides the precision's own: fp8 training is also read against bf16's."""
-        return (fp8.ALSO_PEAK,) if self.fp8 else ()
-
     def any_block_change(self) -> bool:
         c = self.compute
         return self.fp8 or c.gelu_epilogue or c.fused_norm_residual

@@ -14,7 +14,12 @@ from caraml.errors import BadInput
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 MIN_CAPABILITY = (8, 9)  # Ada and Hopper: the first with float8 tensor cores
-ALSO_PEAK = "bf16"  # MFU is stated against the fp8 peak and this one
+
+
+def mfu_also(precision: str) -> tuple:
+    """The peaks MFU is stated against besides the precision's own: fp8 training's against bf16's too (only the
+    blocks' products run in fp8)."""
+    return ("bf16",) if precision == "fp8" else ()
 
 
 def torchao_problem() -> str | None:
