@@ -78,6 +78,8 @@ def test_communication_and_time_by_hand():
     time = compute + 524_288 / 100e9 + 65_536 / 10e9 + 265_472 / 100e9
     assert est["time_per_iteration_s"] == pytest.approx(time)
     assert est["tokens_per_s"] == pytest.approx(tokens / time) and est["fits"] is True
+    caraml = 24 * 4 * 16 * 64 * 4 * 64 ** 2 * (1 + 64 / (6 * 64) + 512 / (16 * 4 * 64))  # f = 4: recompute on
+    assert est["tflops_caraml_per_device"] == pytest.approx(caraml / (time * 8 * 1e12))
     del profile["links_gbps"]["inter_node"]
     unknown = llm.estimate(cfg, layout, profile, efficiency=0.5)
     assert unknown["time_per_iteration_s"] is None and unknown["missing_links"] == ["inter_node"]

@@ -91,6 +91,8 @@ def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
         lines.append(_row("time per iteration", f"{est['time_per_iteration_s']:.3f} s",
                           "communication not overlapped"))
         lines.append(_row("tokens/s", f"{est['tokens_per_s']:,.0f}", "all devices"))
+        lines.append(_row("TFLOP/s per device, CARAML's formula", f"{est['tflops_caraml_per_device']:.0f}",
+                          "as CARAML's Megatron patch would print it"))
     elif est["missing_links"]:
         lines.append(f"time per iteration: unknown, the profile has no {', '.join(est['missing_links'])} bandwidth "
                      f"(links_gbps in a site profile; caraml systems {profile['tag']})")

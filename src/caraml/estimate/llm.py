@@ -149,6 +149,8 @@ def estimate(cfg, layout: Layout, profile: dict, efficiency: float) -> dict:
         else:
             missing.append(f"{where[group]}_node")
     iteration = compute_s + comm_s if compute_s is not None and not missing else None
+    caraml_flops = sizes.caraml_flops_per_iteration(b.global_batch(layout.dp), m.seq_length, m.num_layers,
+                                                    m.hidden_size, vocab, c.recompute != "none", m.activation)
     mem = memory(cfg, layout)
     capacity = profile.get("memory_per_device_gb")
     return {"layout": {**asdict(layout), "nodes": layout.nodes}, "memory": mem,
@@ -159,4 +161,6 @@ def estimate(cfg, layout: Layout, profile: dict, efficiency: float) -> dict:
             "link_gbps": {k: bandwidth.get(k) for k in ("intra_node", "inter_node")},
             "communication_s": comm_s if not missing else None,
             "missing_links": sorted(set(missing)), "time_per_iteration_s": iteration,
-            "tokens_per_s": tokens / iteration if iteration else None, "tokens_per_iteration": tokens}
+            "tokens_per_s": tokens / iteration if iteration else None, "tokens_per_iteration": tokens,
+            # what CARAML's Megatron patch would print for this time (its convention, sizes.CARAML_TFLOPS_FORMULA)
+            "tflops_caraml_per_device": caraml_flops / (iteration * layout.devices * 1e12) if iteration else None}
