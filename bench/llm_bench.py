@@ -25,9 +25,12 @@ Issue 23 (each a group of caraml points, bf16 first, the others' tokens/s as a r
                       (| fused_loss=liger where liger-kernel imports)
 Every caraml row also carries caraml plan's memory estimate (plan GiB) beside the measured peak memory, and for
 fp8 the MFU against the fp8 and the bf16 peak. Without torchao the fp8 points are skipped, said in one line.
-Two commands of <= 9 minutes each on one H200 (see docs/performance.md):
-    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m,fp8_wide,fp8_loss --steps 20 --warmup 6
-    PYTHONPATH=src python3 bench/llm_bench.py --only caraml,levers,fp8_800m_rowwise --steps 20 --warmup 6
+Four commands of <= 9 minutes each on one H200 (each caraml point compiles for about a minute; see
+docs/performance.md):
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m,fp8_wide --steps 20 --warmup 6
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss,caraml --steps 20 --warmup 6
+    PYTHONPATH=src python3 bench/llm_bench.py --only levers --steps 20 --warmup 6
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m_rowwise --steps 20 --warmup 6
 
 Prints tokens/s, TFLOP/s by 6N + 12*L*h*s per token, MFU against 989.4 TFLOP/s (H200/H100 SXM dense bf16),
 the ratio caraml/plain (target >= 0.98), peak memory; writes llm_bench.json into --out, or $OUT, or ./bench-out.
