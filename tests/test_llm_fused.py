@@ -149,3 +149,17 @@ def test_ids_of_points_without_the_new_parameters_are_unchanged():
     assert cid("smoke") == "4cc437d2c3670039" and cid("800M") == "5af6287258196d12"  # by commit 207c79c
     assert cid("smoke", fused_loss="chunked") != cid("smoke") != cid("smoke", precision="fp8")
     assert cid("smoke", precision="fp8", fp8_recipe="rowwise") != cid("smoke", precision="fp8")
+
+
+def test_a_sweep_writes_new_parameters_only_when_they_are_not_the_default():
+    from caraml.campaign.expand import SweepPoint
+    from caraml.campaign.launchers import caraml_run_args
+    from caraml.runner import RunSpec, resolve
+
+    def args(**params):
+        values = resolve(RunSpec("llm_training", params, "smoke")).values
+        return caraml_run_args(SweepPoint("x", "llm_training", "CPU", "smoke", values), "/r")
+
+    plain = args()
+    assert not any(a.startswith(("fp8_recipe=", "fused_loss=", "gelu_epilogue=")) for a in plain)
+    assert "fused_loss=chunked" in args(fused_loss="chunked") and "precision=fp32" in plain

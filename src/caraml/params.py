@@ -161,6 +161,12 @@ def typed_fields(cls, values: dict[str, Any]):
     return cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values})
 
 
+def quiet_defaults(declared: list[Param], values: dict[str, Any]) -> set[str]:
+    """The parameters declared `identifies_at_default=False` that hold their default: left out of configuration
+    ids (and of the command lines a sweep writes), as the points from before they existed."""
+    return {p.name for p in declared if not p.identifies_at_default and values.get(p.name, p.default) == p.default}
+
+
 def as_today(declared: list[Param], params: dict[str, Any]) -> dict[str, Any]:
     """A stored record's parameters under today's names and values (former names and values mapped, as
     `resolve` maps them), for reading records written before a rename; unknown keys are kept as they are."""

@@ -32,12 +32,13 @@ def _without_quiet_defaults(workload: str, params: dict) -> dict:
     """The parameters without those declared `identifies_at_default=False` that hold their default."""
     from caraml import workloads
     from caraml.errors import BadInput
+    from caraml.params import quiet_defaults
 
     try:
         declared = workloads.get(workload).params
     except BadInput:  # a workload this installation does not have: its parameters as they are
         return params
-    quiet = {p.name for p in declared if not p.identifies_at_default and params.get(p.name, p.default) == p.default}
+    quiet = quiet_defaults(declared, params)
     return {k: v for k, v in params.items() if k not in quiet}
 
 
