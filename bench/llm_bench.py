@@ -26,6 +26,25 @@ megatron-core comes as a wheel on a machine without a package index:
 `python3 -m pip install --no-deps .whl/megatron_core-0.19.2-*.whl`; where it does not import, the megatron
 points are skipped with one line.
 
+Issue 23 (each a group of caraml points, bf16 first, the others' tokens/s as a ratio to it):
+
+    fp8_800m          bf16 | precision=fp8 (torchao, tensorwise) at micro-batch 16 (goal: fp8 >= 1.15 x bf16)
+    fp8_800m_rowwise  bf16 | fp8_recipe=rowwise | rowwise_with_gw_hp at micro-batch 16
+    fp8_wide          the 13B's width on one GPU (8 layers, 5120 wide, ffn 20480, 32 heads), micro-batch 4:
+                      bf16 | fp8 (goal >= 1.3 x)
+    fp8_loss          200 iterations of OSCAR-shaped data (a .bin/.idx of 790 documents, 2,340,256 tokens, made
+                      here), micro-batch 4: bf16 | fp8, the last loss compared (goal: within 1 %)
+    levers            micro-batch 16, bf16: plain | fused_loss=chunked | gelu_epilogue | fused_norm_residual
+                      (| fused_loss=liger where liger-kernel imports)
+Every caraml row also carries caraml plan's memory estimate (plan GiB) beside the measured peak memory, and for
+fp8 the MFU against the fp8 and the bf16 peak. Without torchao the fp8 points are skipped, said in one line.
+Four commands of <= 9 minutes each on one H200 (each caraml point compiles for about a minute; see
+docs/performance.md):
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m,fp8_wide --steps 20 --warmup 6
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss,caraml --steps 20 --warmup 6
+    PYTHONPATH=src python3 bench/llm_bench.py --only levers --steps 20 --warmup 6
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m_rowwise --steps 20 --warmup 6
+
 Prints tokens/s, TFLOP/s by 6N + 12*L*h*s per token, MFU against 989.4 TFLOP/s (H200/H100 SXM dense bf16),
 the ratio caraml/plain (target >= 0.98), peak memory; writes llm_bench.json into --out, or $OUT, or ./bench-out.
 Without a GPU (or with --self-check) every point runs on the CPU with the smoke model, uncompiled: a check of
@@ -54,7 +73,8 @@ MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_atten
                                          "max_position_embeddings")}
 MICRO = 4
 VOCAB = 50257
-POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc")
+POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc", "fp8_800m", "fp8_800m_rowwise",
+          "fp8_wide", "fp8_loss", "levers")
 BACKEND_POINTS = ("native_caraml", "megatron", "crosscheck")
 CARAML_SETTINGS = ["recompute=selective", "compile=none"]  # CARAML's Megatron: selective recompute, no compiler
 CROSSCHECK = {"precision": "fp32", "recompute": "none", "compile": "none", "lr": 3e-4, "lr_warmup_samples": 0,
@@ -78,10 +98,10 @@ def flops_per_token() -> float:
     return sizes.flops_per_token(layers, h, 4 * h, sizes.padded_vocab(VOCAB), MODEL["seq_length"])
 
 
-def rates(tokens_per_s: float | None) -> dict:
+def rates(tokens_per_s: float | None, per_token: float | None = None) -> dict:
     if not tokens_per_s:
         return {"tokens_per_s": tokens_per_s}
-    tflops = tokens_per_s * flops_per_token() / 1e12
+    tflops = tokens_per_s * (per_token or flops_per_token()) / 1e12
     return {"tokens_per_s": tokens_per_s, "tflops_6n": tflops, "mfu": tflops / PEAK_TFLOPS}
 
 
@@ -121,7 +141,10 @@ def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int
         return {"name": name, "status": "failed", "wall_s": took, "error": stderr[-3000:]}
     m = record.get("metrics") or {}
     energy = m.get("energy") or {}
-    return {"name": name, "status": record["status"], **rates((m.get("throughput") or {}).get("value")),
+    details = {"mfu_by_peak": m.get("mfu_by_peak"), "fast_paths": m.get("fast_paths"),
+               "plan_memory_gib": plan_memory_gib(record.get("params") or {})}
+    tokens_per_s = (m.get("throughput") or {}).get("value")
+    return {"name": name, "status": record["status"], **rates(tokens_per_s, m.get("flops_per_unit")), **details,
             "caraml_mfu": m.get("mfu"), "caraml_tflops_per_device": m.get("tflops_per_device"),
             "tflops_caraml_formula": m.get("tflops_caraml_per_device"),
             "time_per_iteration_s": m.get("time_per_iteration_s"),
@@ -187,6 +210,119 @@ def crosscheck_point(timeout_end: float) -> dict:
     worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
     return {**row, "status": "ok" if worst < CROSSCHECK_TOLERANCE else "differs", "max_relative_difference": worst,
             "loss_first": [a[0], b[0]], "loss_last": [a[-1], b[-1]]}
+
+
+def plan_memory_gib(params: dict) -> float | None:
+    """caraml plan's memory estimate per device for a point's parameters on one H200 (GiB); None if it has none."""
+    from caraml import estimate, systems, workloads
+    from caraml.errors import BadInput
+
+    try:
+        est = estimate.estimate(workloads.get("llm_training"), params, systems.get("H200"), 1)
+    except (BadInput, KeyError, TypeError):
+        return None
+    return est["memory"]["total_bytes"] / 2**30
+
+
+# fp8 and the fusion levers (issue 23), each a pair or a group of caraml points --------------------------------------
+WIDE = {"model_size": "custom", "num_layers": 8, "hidden_size": 5120, "num_attention_heads": 32,
+        "ffn_hidden_size": 20480}  # the 13B's width on one GPU
+WIDE_MICRO = 4
+LOSS = {"steps": 200, "micro": 4, "lr": "3e-4", "lr_warmup_samples": "64"}  # the loss comparison on OSCAR-shaped data
+LEVERS = ("fused_loss=chunked", "gelu_epilogue=true", "fused_norm_residual=true")
+FP8_POINTS = ("fp8_800m", "fp8_800m_rowwise", "fp8_wide", "fp8_loss")
+SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
+                   "ffn_hidden_size": 512}
+
+
+def pair(name: str, extra: list[str], out: Path, steps: int, warmup: int, end: float, micro: int,
+         variants: dict[str, list[str]]) -> list[dict]:
+    """The same point once per variant (bf16 first), each row's tokens/s also as a ratio to the first's."""
+    rows = []
+    for label, more in variants.items():
+        left = end - time.monotonic()
+        if left < 60:
+            rows.append({"name": f"{name}/{label}", "status": "skipped (time budget)"})
+            continue
+        rows.append(caraml_point(f"{name}/{label}", [*extra, *more], out, steps, warmup, left, micro=micro))
+    base = rows[0].get("tokens_per_s")
+    for r in rows[1:]:
+        if base and r.get("tokens_per_s"):
+            r["ratio"] = r["tokens_per_s"] / base
+    return rows
+
+
+def oscar_shaped(out: Path, vocab: int) -> str:
+    """A Megatron .bin/.idx in the shape of CARAML's OSCAR file (790 documents, 2,340,256 tokens) whose tokens have
+    structure to learn (a fixed successor of each token most of the time, Zipf-distributed otherwise), so the
+    loss falls over 200 iterations as on text. Returns its prefix."""
+    import numpy as np
+
+    from caraml.data.megatron import IndexedDatasetWriter, dtype_for_vocab
+
+    prefix = out / "oscar_shaped"
+    if (out / "oscar_shaped.idx").exists():
+        return str(prefix)
+    rng = np.random.default_rng(42)
+    lengths = rng.lognormal(0.0, 0.8, 790)
+    lengths = np.maximum(1, (lengths / lengths.sum() * 2_340_256).astype(np.int64))
+    lengths[-1] += 2_340_256 - lengths.sum()
+    successor = rng.permutation(vocab)
+    with IndexedDatasetWriter(prefix, dtype=dtype_for_vocab(vocab)) as writer:
+        for n in lengths:
+            zipf = (rng.zipf(1.2, n) - 1) % vocab
+            follow = rng.random(n) < 0.7
+            doc = np.empty(n, dtype=np.int64)
+            doc[0] = zipf[0]
+            for i in range(1, n):  # a Python loop over 2.3 M tokens: a few seconds
+                doc[i] = successor[doc[i - 1]] if follow[i] else zipf[i]
+            writer.add_document(doc)
+    return str(prefix)
+
+
+def fp8_and_levers(name: str, out: Path, steps: int, warmup: int, end: float, self_check: bool) -> list[dict]:
+    big = min(BIG_MICRO, RUN["max_micro"])
+    fp8 = {"bf16": [], "fp8": ["precision=fp8"]}
+    if name == "fp8_800m":
+        return pair(name, ["recompute=none"], out, steps, warmup, end, big, fp8)
+    if name == "fp8_800m_rowwise":
+        return pair(name, ["recompute=none"], out, steps, warmup, end, big,
+                    {"bf16": [], "rowwise": ["precision=fp8", "fp8_recipe=rowwise"],
+                     "rowwise_with_gw_hp": ["precision=fp8", "fp8_recipe=rowwise_with_gw_hp"]})
+    if name == "fp8_wide":
+        shape = SELF_CHECK_WIDE if self_check else WIDE
+        return pair(name, ["recompute=none", *(f"{k}={v}" for k, v in shape.items())], out, steps, warmup, end,
+                    min(WIDE_MICRO, RUN["max_micro"]), fp8)
+    if name == "fp8_loss":
+        data = oscar_shaped(out, VOCAB)
+        n = steps if self_check else LOSS["steps"]
+        rows = pair(name, ["recompute=none", "data=oscar", f"data_path={data}", f"lr={LOSS['lr']}",
+                           f"lr_warmup_samples={LOSS['lr_warmup_samples']}"], out, n, 2, end,
+                    min(LOSS["micro"], RUN["max_micro"]), fp8)
+        last = [(r.get("loss") or {}).get("last") for r in rows]
+        if len(last) == 2 and all(isinstance(v, float) for v in last):
+            rows[1]["loss_vs_bf16"] = last[1] / last[0] - 1  # goal: within +-1 %
+        return rows
+    levers = {"plain": [], **{lever.split("=")[0]: [lever] for lever in LEVERS}}
+    if not liger_problem():
+        levers["liger"] = ["fused_loss=liger"]
+    return pair(name, ["recompute=none"], out, steps, warmup, end, big, levers)
+
+
+def torchao_problem() -> str | None:
+    try:
+        import torchao.float8  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - absent or built for another torch
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+    return None
+
+
+def liger_problem() -> str | None:
+    try:
+        import liger_kernel.transformers  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+    return None
 
 
 # the plain loop, here ----------------------------------------------------------------------------------------------
@@ -332,6 +468,7 @@ def main() -> None:
         MICRO, VOCAB = SELF_CHECK["micro"], SELF_CHECK["vocab"]
         RUN.update(device="cpu", compile=False, caraml=SELF_CHECK["caraml"], max_micro=SELF_CHECK["max_micro"])
         args.steps, args.warmup = min(args.steps, 4), min(args.warmup, 2)
+        args.budget = max(args.budget, 3600.0)  # a shared CPU starts each caraml process slowly
     only = [n for n in args.only.split(",") if n]
     unknown = [n for n in only if n not in POINTS + BACKEND_POINTS]
     if unknown:
@@ -343,6 +480,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     end = time.monotonic() + args.budget
     rows: list[dict] = []
+    no_torchao = torchao_problem()
+    if no_torchao and any(n in FP8_POINTS for n in only):
+        print(f"llm_bench: torchao does not import ({no_torchao}): skipping "
+              + ", ".join(n for n in only if n in FP8_POINTS), file=sys.stderr)
+        rows += [{"name": n, "status": "skipped (no torchao)"} for n in only if n in FP8_POINTS]
+        only = [n for n in only if n not in FP8_POINTS]
+    if "levers" in only and liger_problem():
+        print(f"llm_bench: liger-kernel does not import ({liger_problem()}): levers runs without fused_loss=liger",
+              file=sys.stderr)
 
     def save():
         by = {r["name"]: r for r in rows}
@@ -383,20 +529,28 @@ def main() -> None:
             rows.append(crosscheck_point(end))
         elif name == "plain":
             rows.append(plain_point(args.steps, args.warmup))
+        elif name in FP8_POINTS or name == "levers":
+            rows += fp8_and_levers(name, out, args.steps, args.warmup, end, RUN["device"] == "cpu")
         else:
             rows.append(micro_sweep(max(3, args.steps // 6), max(3, args.warmup // 2), end))
         save()
 
-    print(f"{'point':<18} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'CARAML':>7} {'MFU':>6} {'ratio':>6} "
-          f"{'peak GiB':>8} {'compile s':>9} {'wall s':>6}")
+    print(f"{'point':<32} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'CARAML':>7} {'MFU':>6} {'ratio':>6} "
+          f"{'peak GiB':>8} {'plan GiB':>8} {'compile s':>9} {'wall s':>6}  loss")
     for r in rows:
         def f(key, fmt, r=r):
             v = r.get(key)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"
-        ratio = "ratio_to_megatron" if "ratio_to_megatron" in r else "ratio_to_plain"
-        print(f"{r['name']:<18} {r['status'][:8]:<8} {f('tokens_per_s', '10.0f')} {f('tflops_6n', '8.1f')} "
+        loss = r.get("loss") or {}
+        loss_text = (f"{loss.get('first', 0):.4f} -> {loss.get('last', 0):.4f}" if loss.get("last") is not None
+                     else "") + (f" ({r['loss_vs_bf16']:+.2%} vs bf16)" if "loss_vs_bf16" in r else "")
+        mfu = ", ".join(f"MFU {k} {v['mfu']:.3f}" for k, v in (r.get("mfu_by_peak") or {}).items()
+                        if v.get("mfu")) if r.get("mfu_by_peak") else ""
+        ratio = next((k for k in ("ratio_to_megatron", "ratio_to_plain", "ratio") if k in r), "ratio")
+        print(f"{r['name']:<32} {r['status'][:8]:<8} {f('tokens_per_s', '10.0f')} {f('tflops_6n', '8.1f')} "
               f"{f('tflops_caraml_formula', '7.1f')} {f('mfu', '6.3f')} {f(ratio, '6.3f')} "
-              f"{f('peak_memory_gib', '8.1f')} {f('compile_s', '9.1f')} {f('wall_s', '6.0f')}")
+              f"{f('peak_memory_gib', '8.1f')} {f('plan_memory_gib', '8.1f')} {f('compile_s', '9.1f')} "
+              f"{f('wall_s', '6.0f')}  {loss_text}{'  ' + mfu if mfu else ''}")
         if r["name"] == "crosscheck" and "max_relative_difference" in r:
             print(f"  native vs {r['against']}: {CROSSCHECK_STEPS} losses, max relative difference "
                   f"{r['max_relative_difference']:.2e} (tolerance {r['tolerance']:g}); first {r['loss_first']}, "

@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     from caraml.campaign.cli import add_parsers as add_campaign_parsers  # sweep, container, launch
     from caraml.data.cli import add_parser as add_data_parser  # data prepare, info, fno-synthetic
+    from caraml.estimate.cli import add_parser as add_plan_parser  # plan (an estimate on paper)
     from caraml.power.command import add_parser as add_power_parser  # power -- CMD
     from caraml.results.cli import add_parsers as add_results_parsers  # result, compare, plot, report
     from caraml.results.row import add_parser as add_row_parser  # row (a record as key=value lines)
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_campaign_parsers(sub, DEFAULT_RESULTS)
     add_row_parser(sub)
     add_data_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 

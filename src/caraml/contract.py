@@ -48,6 +48,7 @@ class BenchInfo:
     precision: str  # the precision actually in use, for the peak rate behind MFU ("fp32", "tf32", "bf16", "fp16")
     compiled: bool = False  # the first steps include compilation (reported apart as warmup.compile_s)
     compile_setup_s: float = 0.0  # compilation done in build, before the first step (e.g. TorchScript tracing)
+    mfu_also: tuple = ()  # further precisions whose peak MFU is stated against too (fp8 training: "bf16")
 
 
 @runtime_checkable

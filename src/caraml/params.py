@@ -36,9 +36,9 @@ class Param:
     # Part of what is measured, so part of the configuration's id; False for how it is measured (steps, seed,
     # power sampling): runs differing only in those measure the same configuration.
     identifies: bool = True
-    # Added after records were stored: at its default the parameter is left out of the configuration's id, so a
-    # configuration that does not set it keeps the id its stored records have.
-    id_omits_default: bool = False
+    # False for a parameter added after records were stored: at its default it stays out of the configuration's
+    # id, so the points measured before it existed (which behaved as its default) keep their ids.
+    identifies_at_default: bool = True
     aliases: tuple[str, ...] = ()  # former names, still accepted (and read from older records)
     value_aliases: tuple[tuple[Any, Any], ...] = ()  # (former value, value), e.g. (("off", "fp32"),)
 
@@ -159,6 +159,12 @@ def typed_fields(cls, values: dict[str, Any]):
     from dataclasses import fields
 
     return cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values})
+
+
+def quiet_defaults(declared: list[Param], values: dict[str, Any]) -> set[str]:
+    """The parameters declared `identifies_at_default=False` that hold their default: left out of configuration
+    ids (and of the command lines a sweep writes), as the points from before they existed."""
+    return {p.name for p in declared if not p.identifies_at_default and values.get(p.name, p.default) == p.default}
 
 
 def as_today(declared: list[Param], params: dict[str, Any]) -> dict[str, Any]:

@@ -247,11 +247,23 @@ def _bench_metrics(setup: _Setup, bench, record: rec.RunRecord, m: Measurement, 
     peak = systems.peak_tflops(setup.profile, info.precision)
     if m.steps or m.warmup_times:
         record.metrics.update(metrics(info, setup.dims, setup.dist, m, peak, interrupted=not collective))
+        if info.mfu_also:
+            record.metrics["mfu_by_peak"] = mfu_by_peak(record.metrics.get("tflops_per_device"), setup.profile,
+                                                        (info.precision, *info.mfu_also))
     record.metrics.update(memory(setup.device))
     record.metrics.update(bench.details())
     if record.status == "ok":
         _check_health(bench, record)
     bench.close()
+
+
+def mfu_by_peak(tflops: float | None, profile: dict, precisions) -> dict:
+    """MFU against each precision's peak rate, each named: {"fp8": {"peak_tflops": ..., "mfu": ...}, ...}."""
+    out = {}
+    for precision in precisions:
+        peak = systems.peak_tflops(profile, precision)
+        out[precision] = {"peak_tflops": peak, "mfu": tflops / peak if tflops and peak else None}
+    return out
 
 
 def _check_health(bench, record: rec.RunRecord) -> None:

@@ -165,16 +165,36 @@ def sweep_command(args) -> int:
     if not args.dry_run:
         return executor.run(plan, args.results, args.resume, args.python)
     notes = executor.dry_run(plan, args.results, args.python)
+    estimates = _estimates(plan)
     if args.json:
-        print(json.dumps([p.as_json() for p in plan.points], default=str))
+        print(json.dumps([{**p.as_json(), **({"estimate": estimates[p.id]} if p.id in estimates else {})}
+                          for p in plan.points], default=str))
     else:
+        from caraml.estimate import short
+
         for i, p in enumerate(plan.points, 1):
-            print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())))
+            est = f"  [{short(estimates[p.id])}]" if p.id in estimates else ""
+            print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())) + est)
         print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
               + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
     for note in notes:
         print(f"caraml: {note}", file=sys.stderr)
     return 0
+
+
+def _estimates(plan) -> dict:
+    """caraml plan's estimate of each point whose workload has one (memory, fit, time), by point id."""
+    from caraml import estimate, systems, workloads
+
+    profile, out = systems.get(plan.system), {}
+    for p in plan.points:
+        if p.workload in estimate.ESTIMATED:
+            wl = workloads.get(p.workload)
+            try:
+                out[p.id] = estimate.estimate(wl, p.params, profile, p.world_size)
+            except BadInput:  # a layout the point itself will refuse: the dry run lists it, its run says why
+                continue
+    return out
 
 
 def _check_python(python: str) -> None:

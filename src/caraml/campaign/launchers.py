@@ -137,11 +137,20 @@ def value_text(value) -> str:
 def caraml_run_args(point: SweepPoint, results: str, json_out: bool = False) -> list[str]:
     """Arguments after `python -m caraml` (or after torchrun's `-m caraml`)."""
     args = ["run", point.workload]
-    args += [f"{k}={value_text(v)}" for k, v in point.params.items() if v is not None]
+    args += [f"{k}={value_text(v)}" for k, v in point.params.items() if v is not None and k not in _quiet(point)]
     if point.preset:
         args += ["--preset", point.preset]
     args += ["--system", point.system, "--results", results]
     return args + (["--json"] if json_out else [])
+
+
+def _quiet(point: SweepPoint) -> set[str]:
+    """Parameters the run gets anyway (newer ones at their default, not set by the preset): not written out."""
+    from caraml import workloads
+    from caraml.params import quiet_defaults
+
+    wl = workloads.get(point.workload)
+    return quiet_defaults(wl.params, point.params) - set(wl.presets.get(point.preset or "", {}))
 
 
 def local_command(point: SweepPoint, results: str, python: str | None = None) -> list[str]:

@@ -11,10 +11,11 @@ HALF = ("fp16", "bf16")
 
 
 def autocast_dtype(precision: str):
-    """torch.float16 / torch.bfloat16 for the half precisions; None: no autocast (fp32, tf32)."""
+    """torch.float16 / torch.bfloat16 for the half precisions (fp8 training runs all but its float8 products in
+    bf16 autocast); None: no autocast (fp32, tf32)."""
     import torch
 
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}.get(precision)
 
 
 def autocast(precision: str, device):

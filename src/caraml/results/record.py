@@ -22,24 +22,24 @@ def config_id(workload: str, params: dict, system_tag: str, world_size: int, nod
     agree on what "the same point" is."""
     from caraml.settings import identity
 
-    omitted = _omitted_defaults(workload)
-    params = {k: v for k, v in identity(params).items() if k not in omitted or omitted[k] != v}
+    params = _without_quiet_defaults(workload, identity(params))
     canonical = json.dumps({"workload": workload, "params": params, "system": system_tag,
                             "world_size": world_size, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _omitted_defaults(workload: str) -> dict[str, Any]:
-    """The parameters added after records were stored (Param.id_omits_default), with the defaults that leave
-    them out of the id."""
+def _without_quiet_defaults(workload: str, params: dict) -> dict:
+    """The parameters without those declared `identifies_at_default=False` that hold their default."""
     from caraml import workloads
     from caraml.errors import BadInput
+    from caraml.params import quiet_defaults
 
     try:
         declared = workloads.get(workload).params
-    except BadInput:  # a workload this installation does not have: every parameter counts
-        return {}
-    return {p.name: p.default for p in declared if p.id_omits_default}
+    except BadInput:  # a workload this installation does not have: its parameters as they are
+        return params
+    quiet = quiet_defaults(declared, params)
+    return {k: v for k, v in params.items() if k not in quiet}
 
 
 def now() -> str:

@@ -67,6 +67,8 @@ FIELDS = {
     "peak_tflops": _NUMBERS, "peak_source": _NAMED_TEXTS, "site": _TABLE, "site.workloads": _TABLE,
     **{f"site.{k}": kind for k, kind in SITE_FIELDS.items()},
 }
+# caraml plan's link bandwidths, GB/s per device and direction (intra_node, inter_node), and their sources
+FIELDS.update({"links_gbps": _NUMBERS, "links_source": _NAMED_TEXTS})
 
 
 def _read(path: Path) -> dict:

@@ -14,6 +14,7 @@ from caraml.params import Param
 from caraml.workloads import Col, Workload, register
 from caraml.workloads.llm_training import backend
 from caraml.workloads.llm_training.config import TrainingConfig
+from caraml.workloads.llm_training.fp8 import RECIPES as FP8_RECIPES
 
 COMPILERS = ("none", "inductor")
 
@@ -46,8 +47,19 @@ PARAMS = [
           "(each block)", choices=("none", "selective", "full")),
     Param("distributed_optimizer", bool, True, "shard parameters, gradients and optimizer state over the "
           "data-parallel replicas (FSDP2); off: DDP (all-reduce of gradients)"),
-    Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master "
-          "weights", choices=("fp32", "fp16", "bf16"), headline=True),
+    Param("precision", str, "bf16", "fp32, fp16 (autocast, dynamic loss scale), bf16 (autocast), or fp8 (the "
+          "blocks' linear layers in float8 by torchao, the rest bf16; sm_89+); fp32 master weights",
+          choices=("fp32", "fp16", "bf16", "fp8"), headline=True),
+    Param("fp8_recipe", str, "tensorwise", "precision=fp8: torchao's scaling recipe (tensorwise: one scale per "
+          "tensor; rowwise; rowwise_with_gw_hp: the weight gradient in bf16)", choices=FP8_RECIPES,
+          identifies_at_default=False),
+    Param("fused_loss", str, "none", "output layer + cross-entropy without holding the logits: chunked (PyTorch), "
+          "liger (liger-kernel where it imports, else chunked, named in the record); tp = pp = 1",
+          choices=("none", "chunked", "liger"), identifies_at_default=False),
+    Param("gelu_epilogue", bool, False, "the MLP's first product with bias + GELU as one cuBLASLt epilogue (tanh "
+          "GELU on CUDA); backward recomputes the pre-activation", identifies_at_default=False),
+    Param("fused_norm_residual", bool, False, "residual add + the MLP's LayerNorm as one autograd node",
+          identifies_at_default=False),
     Param("compile", str, "none", "none, or inductor: torch.compile the model (compile_scope says what is one "
           "graph)", choices=COMPILERS, headline=True,
           value_aliases=(("on", "inductor"), ("true", "inductor"), ("off", "none"), ("false", "none"))),
@@ -67,10 +79,10 @@ PARAMS = [
     Param("clip_grad", float, 1.0, "clip gradients to this global norm (0: off)", minimum=0.0),
     Param("backend", str, "native", "native (this package's model and loop) or megatron-core (CARAML's engine: "
           "Megatron's GPTModel, optimizer and schedules; " + backend.INSTALL + ")", choices=backend.BACKENDS,
-          headline=True, id_omits_default=True),
+          headline=True, identifies_at_default=False),
     Param("megatron_spec", str, "auto", "backend=megatron-core's layers: te (Transformer Engine), local "
           "(megatron-core's own), auto (te where transformer_engine imports)", choices=backend.SPECS,
-          id_omits_default=True),
+          identifies_at_default=False),
 ]
 
 # CARAML's runs: Megatron with rope, selective recompute, sequence parallelism, the distributed optimizer, seed 42.
@@ -133,7 +145,29 @@ def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
         return (f"global_batch_size={b.global_batch_size} is not dp x micro_batch_size x grad_accumulation = "
                 f"{dp} x {b.micro_batch_size} x {b.grad_accumulation} = {derived}; "
                 + _global_batch_fix(b.global_batch_size, dp * b.micro_batch_size, pp))
-    return size_problem(cfg)
+    return size_problem(cfg) or speed_problem(cfg, dp)
+
+
+def speed_problem(cfg: TrainingConfig, dp: int) -> str | None:
+    """What keeps precision=fp8 or a fused kernel (fp8.py, fused.py) from this layout; None when nothing does."""
+    from caraml.workloads.llm_training import fp8
+
+    c, tp, pp = cfg.compute, cfg.parallel.tp, cfg.parallel.pp
+    if c.precision == "fp8" and fp8.layout_problem(tp):
+        return fp8.layout_problem(tp)
+    if c.precision == "fp8" and c.gelu_epilogue:
+        return "gelu_epilogue=true would bypass precision=fp8's float8 MLP layer: use one of them"
+    if c.gelu_epilogue and cfg.model.activation != "gelu":
+        return f"gelu_epilogue=true needs activation=gelu (this model has activation={cfg.model.activation})"
+    if (c.gelu_epilogue or c.fused_norm_residual) and tp > 1:
+        return f"gelu_epilogue and fused_norm_residual run with tp=1 (not the tensor-parallel layers); tp={tp}"
+    if c.fused_loss != "none" and (tp > 1 or pp > 1):
+        return (f"fused_loss={c.fused_loss} runs with tp=1 and pp=1 (the head and its loss on one rank); this "
+                f"layout has tp={tp}, pp={pp}: use fused_loss=none")
+    if c.fused_loss != "none" and cfg.parallel.distributed_optimizer and dp > 1:
+        return (f"fused_loss={c.fused_loss} is not wired with the distributed optimizer over dp={dp} replicas: "
+                f"use distributed_optimizer=false (DDP)")
+    return None
 
 
 SIZE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
@@ -196,6 +230,10 @@ def check_device(cfg: TrainingConfig, device) -> None:
 
     from caraml.kit.precision import check_precision
 
+    if cfg.compute.precision == "fp8":
+        from caraml.workloads.llm_training import fp8
+
+        fp8.check(device)
     check_precision(cfg.compute.precision, device)
     backend.check_installed(cfg, device)
     if cfg.data.source == "oscar":
@@ -233,5 +271,5 @@ WORKLOAD = register(Workload(
              Col("precision", "Precision", "param:precision", default=False),
              Col("backend", "Backend", "param:backend", default=False)),
     metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
-             "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "backend"),
+             "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "backend", "fast_paths"),
 ))

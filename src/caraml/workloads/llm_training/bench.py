@@ -24,8 +24,9 @@ from caraml.kit.compile import compile_options
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, autocast_dtype, matmul_tf32_allowed, precision_in_use
 from caraml.workloads.llm_training import data as data_mod
-from caraml.workloads.llm_training import parallel, sizes
+from caraml.workloads.llm_training import fp8, parallel, sizes
 from caraml.workloads.llm_training.config import TrainingConfig
+from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training.model import GPTConfig, attention_kernels
 from caraml.workloads.llm_training.scaler import LossScaler
 
@@ -89,9 +90,12 @@ class GPTBench:
         group across the first and last stage; the parameters trained; forward and loss, compiled or not."""
         self.compile_scope = self._compile_scope()
         options = compile_options(self.cfg.compute.compile) if self.compile_scope else None
+        self.fast = FastPaths(self.cfg.compute, self.device)
         model = parallel.build_stage(self.model_cfg, self.dims, self.plan, self.device, self.seed,
-                                     options if self.compile_scope == "block" else None)
+                                     options if self.compile_scope == "block" else None,
+                                     self.fast.convert_block if self.fast.any_block_change() else None)
         self.model = parallel.apply_data_parallel(model, self.dims, self.plan, self.device)
+        self.fast.attach_loss(self.model)
         self.tied = parallel.tied_weight(self.model, self.dims)  # after FSDP2, which replaces the parameters
         self.tied_group = parallel.tied_embedding_group(self.dims) if self.distributed else None
         self.params = [q for q in self.model.parameters() if q.requires_grad]
@@ -114,7 +118,8 @@ class GPTBench:
         return BenchInfo(
             units_per_step=float(self.micro * self.accumulation * self.cfg.model.seq_length), unit="tokens",
             flops_per_unit=self.sizes["flops_per_token"], flops_convention=sizes.FLOPS_CONVENTION,
-            precision=precision_in_use(compute.precision, self.device, tf32_allowed=tf32), compiled=compute.compiled)
+            precision=precision_in_use(compute.precision, self.device, tf32_allowed=tf32), compiled=compute.compiled,
+            mfu_also=fp8.mfu_also(compute.precision))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         """AdamW; no weight decay on biases and norms (Megatron's rule: parameters of fewer than 2 dimensions);
@@ -194,6 +199,8 @@ class GPTBench:
         return total / n
 
     def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.fast.loss is not None:  # fused_loss: the model gives the final norm's output
+            return self.fast.loss(self.model(x), y)
         return loss_fn(self.model(x), y)
 
     def _grad_sync(self, last: bool):
@@ -318,6 +325,7 @@ class GPTBench:
                                "pipeline_schedule": "1F1B" if self.schedule is not None else None,
                                "micro_batches": self.accumulation},
             "compile_scope": self.compile_scope,
+            "fast_paths": self.fast.as_dict(),
         }
 
     def health(self) -> str | None:

@@ -104,6 +104,14 @@ class ComputeConfig:
     """activation recompute: none, selective (the attention core), full (each block)"""
     attention: str
     """SDPA kernel preferred: auto, cudnn, flash, efficient, math"""
+    fp8_recipe: str = "tensorwise"
+    """precision=fp8: torchao's float8 scaling recipe (fp8.RECIPES)"""
+    fused_loss: str = "none"
+    """none, chunked or liger: output layer + cross-entropy without the whole logits (fused.py)"""
+    gelu_epilogue: bool = False
+    """the MLP's first product with its bias and GELU as one cuBLASLt epilogue (fused.py)"""
+    fused_norm_residual: bool = False
+    """the residual add and the MLP's LayerNorm as one autograd node (fused.py)"""
 
     @property
     def compiled(self) -> bool:

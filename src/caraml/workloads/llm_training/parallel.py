@@ -121,9 +121,10 @@ class ParallelPlan:
 
 # the stage ----------------------------------------------------------------------------------------------------
 def build_stage(cfg: GPTConfig, dims: ParallelDims, plan: ParallelPlan, device: torch.device, seed: int,
-                compile_blocks: dict | None) -> nn.Module:
+                compile_blocks: dict | None, convert_block=None) -> nn.Module:
     """This rank's part of the model: materialised, initialised, tensor-parallel, compiled (with the options of
-    torch.compile `compile_blocks`, or not at all when None); not yet data-parallel."""
+    torch.compile `compile_blocks`, or not at all when None); not yet data-parallel. `convert_block(name, block)`
+    changes each initialised block before tensor parallelism and compilation (fp8, fused kernels: fast_paths.py)."""
     with torch.device("meta"):
         model = GPT(cfg, stage_layers(cfg.num_layers, dims.pp, dims.pp_rank), first=dims.first_stage,
                     last=dims.last_stage)
@@ -139,7 +140,11 @@ def build_stage(cfg: GPTConfig, dims: ParallelDims, plan: ParallelPlan, device: 
     if model.embed is not None:
         make(model.embed, "embed.", _embedding_plan(cfg, sp))
     for name, block in model.layers.items():
-        make(block, f"layers.{name}.", _block_plan(cfg, sp))
+        make(block, f"layers.{name}.", _block_plan(cfg, sp) if convert_block is None else None)
+        if convert_block is not None:
+            convert_block(name, block)
+            if tp_mesh is not None:
+                _parallelize(block, tp_mesh, _block_plan(cfg, sp))
     if model.norm is not None:
         make(model.norm, "norm.", None)
         make(model.output, "output.", None)

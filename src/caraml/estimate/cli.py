@@ -1,0 +1,99 @@
+"""`caraml plan WORKLOAD [key=value ...] [--preset P] [--system TAG] [--nodes N]`: the estimate of one point."""
+
+from __future__ import annotations
+
+import json
+
+from caraml.errors import BadInput
+
+GIB = 2 ** 30
+
+
+def add_parser(sub) -> None:
+    plan = sub.add_parser("plan", help="estimate a point on paper: memory per device, pipeline bubble, "
+                                       "communication, time per iteration, tokens/s",
+                          description="caraml plan WORKLOAD [key=value ...] [--preset P] [--system TAG] [--nodes N]: "
+                                      "an estimate from the model's sizes and the system profile's peak rate and "
+                                      "link bandwidths; nothing runs")
+    plan.add_argument("workload", help="a workload with an estimate: llm_training")
+    plan.add_argument("params", nargs="*", metavar="key=value", help="parameters, e.g. tp=2 pp=4 micro_batch_size=2")
+    plan.add_argument("--preset", help="a named parameter set of the workload, e.g. 13B")
+    plan.add_argument("--system", default="H200", help="system profile tag (default: %(default)s)")
+    plan.add_argument("--nodes", type=int, default=1, help="nodes (default: %(default)s); devices = nodes x the "
+                                                           "profile's devices per node")
+    plan.add_argument("--efficiency", type=float, default=None,
+                      help="share of the peak rate the matrix products reach (default: 0.5)")
+    plan.add_argument("--json", action="store_true", help="print the estimate as one JSON object")
+    plan.set_defaults(func=plan_command)
+
+
+def plan_command(args) -> int:
+    from caraml import estimate, systems
+    from caraml.params import parse_assignments
+    from caraml.runner import RunSpec, resolve
+
+    if args.nodes < 1:
+        raise BadInput(f"--nodes {args.nodes} is not valid; give a whole number >= 1")
+    efficiency = estimate.EFFICIENCY if args.efficiency is None else args.efficiency
+    if not 0 < efficiency <= 1:
+        raise BadInput(f"--efficiency {efficiency:g} is not valid; give a share of the peak rate in (0, 1]")
+    profile = systems.get(args.system)
+    run = resolve(RunSpec(args.workload, parse_assignments(args.params), args.preset))
+    devices = args.nodes * int(profile.get("devices_per_node") or 1)
+    est = estimate.estimate(run.workload, run.values, profile, devices, efficiency)
+    if args.json:
+        print(json.dumps({"workload": run.workload.name, "preset": args.preset, "system": profile["tag"],
+                          **est}, default=str))
+        return 0
+    print(render(run.workload.name, args.preset, run.config, profile, est))
+    return 0
+
+
+def _row(label: str, value: str, note: str = "") -> str:
+    return f"  {label:<34} {value:>12}" + (f"  {note}" if note else "")
+
+
+def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
+    lay, mem, b, c = est["layout"], est["memory"], cfg.batch, cfg.compute
+    gib = lambda v: f"{v / GIB:.2f} GiB"  # noqa: E731
+    sharded = cfg.parallel.distributed_optimizer and lay["dp"] > 1
+    capacity = est["memory_capacity_bytes"]
+    lines = [f"{name}{' --preset ' + preset if preset else ''} on {profile['tag']}: {lay['nodes']} node(s), "
+             f"{lay['devices']} devices: tp={lay['tp']} pp={lay['pp']} dp={lay['dp']}, micro-batch "
+             f"{b.micro_batch_size} x {b.grad_accumulation}, {est['tokens_per_iteration']:,} tokens per iteration",
+             f"memory per device (the busiest stage), {mem['parameters_per_device'] / 1e6:,.0f} M parameters:",
+             _row("parameters, gradients, AdamW state", gib(mem["states_bytes"]),
+                  "fp32, sharded over dp (distributed optimizer), parameters gathered in the step" if sharded
+                  else "fp32, not sharded"),
+             _row("half-precision weight copies", gib(mem["half_copies_bytes"]), f"autocast's ({c.precision})"),
+             _row("activations", gib(mem["activations_bytes"]),
+                  f"recompute={c.recompute}, sequence_parallel={cfg.parallel.sequence_parallel}"),
+             _row("loss (logits)", gib(mem["loss_bytes"]), f"fused_loss={c.fused_loss}"),
+             _row("total", gib(mem["total_bytes"]),
+                  (f"of {capacity / GIB:.0f} GiB: " + ("fits" if est["fits"] else "DOES NOT FIT")) if capacity
+                  else "(no memory size in the profile)"),
+             _row("pipeline bubble (pp-1)/(m+pp-1)", f"{est['bubble']:.1%}")]
+    for group in ("tp", "pp", "dp"):
+        volume = est["communication"][f"{group}_bytes"]
+        if volume:
+            where = est["links"][group]
+            gbps = est["link_gbps"].get(f"{where}_node")
+            speed = f"{gbps:g} GB/s: {volume / (gbps * 1e9):.3f} s" if gbps else "bandwidth not in the profile"
+            lines.append(_row(f"communication {group} per iteration", f"{volume / 1e9:.2f} GB",
+                              f"{where}-node link, {speed}"))
+    if est["compute_s"] is None:
+        lines.append(_row("compute", "unknown", f"no {est['peak_precision']} peak rate in the profile"))
+    else:
+        lines.append(_row("compute", f"{est['compute_s']:.3f} s",
+                          f"{est['flops_per_device'] / 1e12:,.1f} TFLOP per device at {est['efficiency']:.0%} of "
+                          f"{est['peak_tflops']:g} TFLOP/s {est['peak_precision']}, the bubble included"))
+    if est["time_per_iteration_s"]:
+        lines.append(_row("time per iteration", f"{est['time_per_iteration_s']:.3f} s",
+                          "communication not overlapped"))
+        lines.append(_row("tokens/s", f"{est['tokens_per_s']:,.0f}", "all devices"))
+        lines.append(_row("TFLOP/s per device, CARAML's formula", f"{est['tflops_caraml_per_device']:.0f}",
+                          "as CARAML's Megatron patch would print it"))
+    elif est["missing_links"]:
+        lines.append(f"time per iteration: unknown, the profile has no {', '.join(est['missing_links'])} bandwidth "
+                     f"(links_gbps in a site profile; caraml systems {profile['tag']})")
+    return "\n".join(lines)
