@@ -387,7 +387,7 @@ def test_spectral_conv_matches_direct_dft(grid, modes):
         coeff = (x.to(torch.complex128) * basis).sum(tuple(range(2, 2 + len(grid))))
         mixed = torch.einsum("bi,io->bo", coeff, w[(slice(None), slice(None), *index)])
         weight = 1 if ks[-1] == 0 else 2  # the rfft half spectrum stands for its mirror image too
-        reference += weight * (mixed[..., *([None] * len(grid))] * basis.conj()).real / math.prod(grid)
+        reference += weight * (mixed[(..., *([None] * len(grid)))] * basis.conj()).real / math.prod(grid)
     assert torch.allclose(y_real, reference, atol=1e-12)
 
 

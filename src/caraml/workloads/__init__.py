@@ -96,7 +96,9 @@ def _modules() -> dict[str, str]:
     try:
         from importlib.metadata import entry_points
 
-        for ep in entry_points(group="caraml.workloads"):
+        eps = entry_points()
+        group = eps.select(group="caraml.workloads") if hasattr(eps, "select") else eps.get("caraml.workloads", ())
+        for ep in group:  # (select: Python 3.10+; a dict of groups on 3.9)
             found.setdefault(ep.name, ep.value.split(":")[0])
     except Exception:  # noqa: BLE001 - a broken third-party install must not stop the built-in workloads
         pass
