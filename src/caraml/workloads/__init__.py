@@ -55,6 +55,8 @@ class Workload:
     # The result table, in order: names of shared columns (caraml.results.columns.SHARED) and Cols of its own.
     columns: tuple = ()
     metrics: tuple[str, ...] = ()  # the keys its Bench.details() puts into the record's metrics
+    # (config, dims) -> the caraml.kit.torch_features a run of this config on this layout needs; checked at start
+    torch_features: Callable[[Any, Any], tuple] | None = None
 
     def config_of(self, values: dict[str, Any]):
         """The typed config of resolved parameter values (a run's, or a sweep point's)."""

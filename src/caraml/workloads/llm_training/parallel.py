@@ -130,16 +130,16 @@ def build_stage(cfg: GPTConfig, dims: ParallelDims, plan: ParallelPlan, device: 
     tp_mesh = dims.mesh()["tp"] if dims.tp_enabled else None
     sp = plan.sequence_parallel
 
-    def make(part: nn.Module, prefix: str, tp_plan: dict | None) -> None:
+    def make(part: nn.Module, prefix: str, tp_plan=None) -> None:  # tp_plan: (cfg, sp) -> the plan, made under tp
         part.to_empty(device=device)
         init_weights(part, cfg, seed, prefix)
         if tp_mesh is not None and tp_plan:
-            _parallelize(part, tp_mesh, tp_plan)
+            _parallelize(part, tp_mesh, tp_plan(cfg, sp))
 
     if model.embed is not None:
-        make(model.embed, "embed.", _embedding_plan(cfg, sp))
+        make(model.embed, "embed.", _embedding_plan)
     for name, block in model.layers.items():
-        make(block, f"layers.{name}.", _block_plan(cfg, sp))
+        make(block, f"layers.{name}.", _block_plan)
     if model.norm is not None:
         make(model.norm, "norm.", None)
         make(model.output, "output.", None)
@@ -198,10 +198,29 @@ def all_reduce_gradients(params: list[nn.Parameter], group) -> None:
             bucket = []
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
+class _NoDTensor:
+    """Stands for DTensor and Shard where torch has no public DTensor (before 2.5): no tensor is one, and no run
+    makes one there (tensor parallelism and FSDP2 are refused, caraml.kit.torch_features)."""
 
-    return t.to_local() if isinstance(t, DTensor) else t
+
+def _dtensor() -> tuple[type, type]:
+    """torch's DTensor and Shard classes (_NoDTensor twice before torch 2.5)."""
+    try:
+        from torch.distributed.tensor import DTensor, Shard
+    except ImportError:
+        return _NoDTensor, _NoDTensor
+    return DTensor, Shard
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, _dtensor()[0]) else t
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all `grads` together, by multi-tensor kernels (torch.nn.utils.get_total_norm from 2.6)."""
+    if hasattr(torch.nn.utils, "get_total_norm"):
+        return torch.nn.utils.get_total_norm(grads, 2.0, foreach=True)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
 
 
 # the tied embedding across pipeline stages ---------------------------------------------------------------------
@@ -235,10 +254,8 @@ def tied_weight(model: nn.Module, dims: ParallelDims) -> nn.Parameter | None:
 def sync_tied_gradient(weight: nn.Parameter | None, group) -> None:
     if weight is None or group is None or weight.grad is None:
         return
-    from torch.distributed.tensor import DTensor
-
     grad = weight.grad
-    if isinstance(grad, DTensor) and grad.placements != weight.placements:
+    if isinstance(grad, _dtensor()[0]) and grad.placements != weight.placements:
         # The sharded embedding's backward gives a replicated gradient; shard it like the output layer's copy
         # (a local slice, no communication) so the two stages add up equal pieces.
         grad = weight.grad = grad.redistribute(grad.device_mesh, weight.placements)
@@ -252,8 +269,7 @@ def grad_square_share(params: list[nn.Parameter], dims: ParallelDims, exclude: n
     all-reduce, by the caller) it is the squared norm. A gradient held alike by several ranks of a stage
     (replicated over dp, or over tp) is divided by its number of copies; the last stage's copy of a tied
     embedding is left out (counted once, on the first stage). Multi-tensor kernels, no host synchronisation."""
-    from torch.distributed.tensor import DTensor, Shard
-
+    DTensor, Shard = _dtensor()
     stage_ranks = dims.dp * dims.tp
     by_share: dict[float, list[torch.Tensor]] = {}
     for p in params:
@@ -270,5 +286,5 @@ def grad_square_share(params: list[nn.Parameter], dims: ParallelDims, exclude: n
     square = torch.zeros((), dtype=torch.float32, device=next(iter(by_share.values()))[0].device if by_share
                          else "cpu")
     for share, grads in by_share.items():
-        square = square + share * torch.nn.utils.get_total_norm(grads, 2.0, foreach=True).float() ** 2
+        square = square + share * _total_norm(grads).float() ** 2
     return square
