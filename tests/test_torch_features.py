@@ -16,7 +16,6 @@ from conftest import cli, cli_env
 from caraml import workloads
 from caraml.errors import BadInput
 from caraml.kit import torch_features as tf
-from caraml.parallel_dims import ParallelDims
 
 ABSENT = "torch.distributed.no_such_module.Thing"  # what no torch has
 
