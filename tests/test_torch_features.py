@@ -102,6 +102,16 @@ def test_too_old_python_is_refused_in_one_line():
     assert f"{sys.executable} is Python {sys.version.split()[0]}" in proc.stderr  # the real one, and which it is
 
 
+def test_graphcore_s_python_3_8_is_told_what_to_do_instead():
+    from caraml import _too_old
+
+    line = _too_old("/usr/bin/python3", "3.8.10", graphcore=True)
+    assert "\n" not in line and line.startswith("caraml needs Python 3.9 or newer; /usr/bin/python3 is Python 3.8.10")
+    assert "Poplar SDK" in line and line.endswith("(jube run image_classification/image_classification_torch_"
+                                                  "benchmark.xml --tag container GC200)")
+    assert "python3.10 -m caraml" in _too_old("/usr/bin/python3", "3.8.10", graphcore=False)
+
+
 OLD_PYTHON = os.environ.get("CARAML_OLD_PYTHON")
 
 
