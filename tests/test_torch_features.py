@@ -124,7 +124,7 @@ def test_the_job_command_runs_under_an_older_python_and_torch(tmp_path):
         return subprocess.run([OLD_PYTHON, "-m", "caraml", "run", *args, "--results", str(tmp_path), "--json",
                                "--quiet"], capture_output=True, text=True, env=cli_env(), timeout=600)
 
-    for args in (("image_classification", "--preset", "smoke"), ("fno", "--preset", "smoke-PIC2D")):
+    for args in (("image_classification", "--preset", "smoke"), ("fno", "--preset", "smoke-RBC2D")):
         proc = run(*args)
         assert proc.returncode == 0, proc.stderr
         record = json.loads(proc.stdout)
