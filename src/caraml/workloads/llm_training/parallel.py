@@ -30,11 +30,21 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
 
 
 # tensor parallelism -------------------------------------------------------------------------------------------
+def _placements() -> tuple[type, type]:
+    """DTensor's Replicate and Shard: public from torch 2.5, in torch.distributed._tensor before (the plans are
+    made there too, and used only under tp > 1, which is refused before 2.5)."""
+    try:
+        from torch.distributed.tensor import Replicate, Shard
+    except ImportError:
+        from torch.distributed._tensor import Replicate, Shard
+    return Replicate, Shard
+
+
 def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
     """Megatron's split: the fused q/k/v and the MLP's first layer by output columns (whole heads: wqkv's rows are
     laid out head by head), wo and w2 by input rows;
     with sequence parallelism the norms work on sequence shards, gathered before and scattered after."""
-    from torch.distributed.tensor import Replicate, Shard
+    Replicate, Shard = _placements()
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
     seq = Shard(1) if sequence_parallel else Replicate()
@@ -55,7 +65,7 @@ def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
 
 def _embedding_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
     """The embedding split by vocabulary rows (Megatron's VocabParallelEmbedding)."""
-    from torch.distributed.tensor import Replicate, Shard
+    Replicate, Shard = _placements()
     from torch.distributed.tensor.parallel import PrepareModuleOutput, RowwiseParallel
 
     if not sequence_parallel:
@@ -68,7 +78,7 @@ def _embedding_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
 
 def _head_plan(sequence_parallel: bool, loss_parallel: bool) -> dict:
     """The output layer split by vocabulary columns; with loss_parallel the logits stay sharded for the loss."""
-    from torch.distributed.tensor import Replicate, Shard
+    Replicate, Shard = _placements()
     from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel
 
     plan = {"output": ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(),
@@ -130,16 +140,16 @@ def build_stage(cfg: GPTConfig, dims: ParallelDims, plan: ParallelPlan, device: 
     tp_mesh = dims.mesh()["tp"] if dims.tp_enabled else None
     sp = plan.sequence_parallel
 
-    def make(part: nn.Module, prefix: str, tp_plan=None) -> None:  # tp_plan: (cfg, sp) -> the plan, made under tp
+    def make(part: nn.Module, prefix: str, tp_plan: dict | None) -> None:
         part.to_empty(device=device)
         init_weights(part, cfg, seed, prefix)
         if tp_mesh is not None and tp_plan:
-            _parallelize(part, tp_mesh, tp_plan(cfg, sp))
+            _parallelize(part, tp_mesh, tp_plan)
 
     if model.embed is not None:
-        make(model.embed, "embed.", _embedding_plan)
+        make(model.embed, "embed.", _embedding_plan(cfg, sp))
     for name, block in model.layers.items():
-        make(block, f"layers.{name}.", _block_plan)
+        make(block, f"layers.{name}.", _block_plan(cfg, sp))
     if model.norm is not None:
         make(model.norm, "norm.", None)
         make(model.output, "output.", None)
