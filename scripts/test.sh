@@ -24,4 +24,27 @@ fi
 # (they share one SLURM cluster). Plain `pytest` runs the fast selection alone; the inner loop while editing:
 # pytest -m "not subprocess and not multiprocess" (markers: tests/conftest.py, pyproject.toml).
 .venv/bin/python -m pytest -q -n 2 -m "not slow" "$@"
-exec .venv/bin/python -m pytest -q -m slow "$@"
+.venv/bin/python -m pytest -q -m slow "$@"
+
+# The site containers' Python and PyTorch (NGC 24.02: Python 3.10, torch 2.3): the in-process tests once more under
+# the oldest supported Python (3.9) with torch 2.3, and the job command (tests/test_torch_features.py) under Python
+# 3.10 with torch 2.3. PyPI's torch 2.3.1 brings its CUDA libraries (~2.5 GB, about 80 s to install on this
+# machine's kind); no CPU-only torch 2.3 is on PyPI, and the wheel does not import without them. The processes
+# starting tests (launchers, SLURM, torchrun ranks: ~7 of the suite's 10 minutes, the same code run from other
+# processes) are left out there; the job command's test starts its processes with Python 3.10.
+OLD_TORCH=(torch==2.3.1 torchvision==0.18.1 "numpy<2")
+pyenv_python() {  # VERSION: pyenv's interpreter of that version, else pythonVERSION on the PATH
+  local found
+  found=$(ls -d "$HOME"/.pyenv/versions/"$1".*/bin/python 2>/dev/null | sort -V | tail -1)
+  [ -n "$found" ] || found=$(command -v "python$1") || { echo "test.sh: no Python $1 (pyenv or python$1)" >&2; exit 1; }
+  echo "$found"
+}
+[ -x .venv-py39/bin/python ] || "$(pyenv_python 3.9)" -m venv .venv-py39
+[ -x .venv-py310/bin/python ] || "$(pyenv_python 3.10)" -m venv .venv-py310
+# The packages named, not `-e .`: an optional workload dependency that needs a newer Python must not stop this run.
+.venv-py39/bin/pip install -q "${OLD_TORCH[@]}" pyyaml rich nvidia-ml-py matplotlib tokenizers h5py tomli \
+  pytest pytest-xdist
+.venv-py310/bin/pip install -q "${OLD_TORCH[@]}" pyyaml rich nvidia-ml-py tomli  # what a job imports
+.venv-py39/bin/python -m pytest -q -n 2 -m "not slow and not subprocess and not multiprocess" "$@"
+CARAML_OLD_PYTHON=.venv-py310/bin/python exec .venv-py39/bin/python -m pytest -q -m "not slow" \
+  tests/test_torch_features.py "$@"

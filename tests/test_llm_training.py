@@ -14,6 +14,7 @@ import pytest
 from conftest import HANG_S, ROOT, SHARED_DATA, caraml, cli_env
 
 from caraml.errors import BadInput
+from caraml.kit import torch_features
 from caraml.runner import RunSpec, build_bench, resolve
 from caraml.workloads.llm_training import WORKLOAD, layout_problem, sizes
 from caraml.workloads.llm_training.config import TrainingConfig
@@ -223,6 +224,7 @@ def test_parallel_dims_place_every_rank():
         ParallelDims(dp=2).for_rank(2)
 
 
+@pytest.mark.skipif(not torch_features.TENSOR_PARALLEL.present(), reason="tp=2 is refused on torch < 2.5")
 def test_the_runner_gives_the_layout_this_process_rank(monkeypatch):
     from caraml import runner
 

@@ -13,6 +13,7 @@ from caraml import distributed, systems, workloads
 from caraml import params as params_mod
 from caraml.contract import RunContext
 from caraml.errors import BadInput
+from caraml.kit import torch_features
 from caraml.measure.harness import Measurement, memory, metrics, run_steps
 from caraml.measure.log import LiveLog, fmt_seconds
 from caraml.measure.stops import StopRequested
@@ -101,6 +102,12 @@ def _set_up(spec: RunSpec) -> _Setup:
     workloads.require_built(wl)
     dist = distributed.launch_env()
     dims = wl.parallel_dims(run.config, dist.world_size).for_rank(dist.rank)
+    if wl.torch_features:  # the container's torch may be older than the configuration needs: one line, exit 2
+        try:
+            torch_features.require(wl.torch_features(run.config, dims))
+        except BadInput as exc:
+            exc.every_rank = True  # the same torch everywhere: rank 0 says it (cli._quiet_rank)
+            raise
     device = _pick_device(run.measure.device, dist)
     if wl.check_device:
         wl.check_device(run.config, device)
@@ -299,7 +306,7 @@ def _stopped(record, m: Measurement, stop: StopRequested) -> None:
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
-    if isinstance(exc, torch.OutOfMemoryError):
+    if isinstance(exc, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)):  # newer than torch 2.3
         return True
     text = str(exc)
     return any(s in text for s in ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "can't allocate memory",

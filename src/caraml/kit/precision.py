@@ -28,6 +28,20 @@ def autocast(precision: str, device):
     return lambda: torch.autocast(device.type, dtype=dtype)
 
 
+def autocast_dtype_in_effect(device_type: str):
+    """The dtype autocast computes in on `device_type` at this point of the program; None where it is off."""
+    import torch
+
+    if hasattr(torch, "get_autocast_dtype"):  # torch 2.4 and newer: one call for every device type
+        on = torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+        return torch.get_autocast_dtype(device_type) if on else None
+    if device_type == "cpu":  # torch 2.3 (NGC 24.02): per-device functions
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    if device_type == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    return None
+
+
 def grad_scaler(precision: str, device, caraml: bool = False):
     """PyTorch's GradScaler for fp16 (None otherwise). `caraml`: CARAML's image-classification scaler, which
     scales bf16 too, from a scale of 1, growing every 100 steps."""

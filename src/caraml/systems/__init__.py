@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -71,9 +71,25 @@ FIELDS = {
 FIELDS.update({"links_gbps": _NUMBERS, "links_source": _NAMED_TEXTS})
 
 
-def _read(path: Path) -> dict:
+def _toml():
+    """The TOML parser: the standard library's from Python 3.11; before (the containers' 3.9 and 3.10) the same
+    parser as the package tomli."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib
     try:
-        data = tomllib.loads(path.read_text())
+        import tomli
+    except ImportError:
+        raise BadInput(f"Python {sys.version_info[0]}.{sys.version_info[1]} reads the system profiles with the "
+                       "package tomli, which is not installed here: pip install tomli") from None
+    return tomli
+
+
+def _read(path: Path) -> dict:
+    toml = _toml()
+    try:
+        data = toml.loads(path.read_text())
     except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, or not UTF-8
         raise BadInput(f"system profile {path} cannot be read: {shown(exc)}") from None
     checks = dict(FIELDS)

@@ -55,6 +55,8 @@ class Workload:
     # The result table, in order: names of shared columns (caraml.results.columns.SHARED) and Cols of its own.
     columns: tuple = ()
     metrics: tuple[str, ...] = ()  # the keys its Bench.details() puts into the record's metrics
+    # (config, dims) -> the caraml.kit.torch_features a run of this config on this layout needs; checked at start
+    torch_features: Callable[[Any, Any], tuple] | None = None
 
     def config_of(self, values: dict[str, Any]):
         """The typed config of resolved parameter values (a run's, or a sweep point's)."""
@@ -96,7 +98,9 @@ def _modules() -> dict[str, str]:
     try:
         from importlib.metadata import entry_points
 
-        for ep in entry_points(group="caraml.workloads"):
+        eps = entry_points()
+        group = eps.select(group="caraml.workloads") if hasattr(eps, "select") else eps.get("caraml.workloads", ())
+        for ep in group:  # (select: Python 3.10+; a dict of groups on 3.9)
             found.setdefault(ep.name, ep.value.split(":")[0])
     except Exception:  # noqa: BLE001 - a broken third-party install must not stop the built-in workloads
         pass

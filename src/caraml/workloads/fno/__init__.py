@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from caraml.errors import BadInput
+from caraml.kit import torch_features as tf
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
 from caraml.workloads.fno.config import FNOConfig
@@ -159,6 +160,12 @@ def check_device(cfg: FNOConfig, device) -> None:
         files.check(files.resolve_path(cfg.data_path, cfg.problem, os.environ.get("CARAML_DATA")), cfg.problem)
 
 
+def torch_features(cfg: FNOConfig, dims) -> tuple:
+    """What of torch a run needs beyond the oldest supported one."""
+    compiles = cfg.compiled or cfg.compile_report
+    return ((tf.COMPILE,) if compiles else ()) + ((tf.GRAD_SCALER,) if cfg.precision == "fp16" else ())
+
+
 def build(cfg: FNOConfig, ctx):
     from caraml.workloads.fno.bench import FNOBench
 
@@ -167,7 +174,7 @@ def build(cfg: FNOConfig, ctx):
 
 WORKLOAD = register(Workload(
     name="fno", unit="timesteps", params=PARAMS, presets=PRESETS, config=FNOConfig, build=build,
-    check_device=check_device, check_launch=check_launch,
+    check_device=check_device, check_launch=check_launch, torch_features=torch_features,
     description="Fourier Neural Operator training and inference (PIC1D, PIC2D, RBC2D, RBC3D), CARAML's operator "
                 "benchmark",
     # CARAML's FNO table (fno_benchmark.yaml) in its order where we have the figure, then ours; CARAML's epoch

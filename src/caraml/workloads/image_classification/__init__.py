@@ -17,7 +17,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from caraml.errors import BadInput
+from caraml.kit import torch_features as tf
+from caraml.kit.compile import TORCH_COMPILERS
 from caraml.kit.optim import KERNELS
+from caraml.kit.precision import HALF
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
 from caraml.workloads.image_classification.config import (
@@ -139,6 +142,15 @@ def check_device(cfg: ClassificationConfig, device) -> None:
     check_precision(cfg.precision, device)
 
 
+def torch_features(cfg: ClassificationConfig, dims) -> tuple:
+    """What of torch a run needs beyond the oldest supported one; PopTorch brings its own torch (2.0.1 in the
+    Poplar SDK 3.3) and compiles for the IPU itself."""
+    if cfg.ipu:
+        return ()
+    scaled = cfg.precision == "fp16" or (cfg.grad_scaler == "caraml" and cfg.precision in HALF)
+    return ((tf.COMPILE,) if cfg.compile in TORCH_COMPILERS else ()) + ((tf.GRAD_SCALER,) if scaled else ())
+
+
 def build(cfg: ClassificationConfig, ctx):
     """The Bench of a run: PyTorch on CPUs and GPUs, PopTorch on Graphcore IPUs."""
     if cfg.ipu:
@@ -159,6 +171,7 @@ WORKLOAD = register(Workload(
     config=ClassificationConfig,
     check_device=check_device,
     check_launch=check_launch,
+    torch_features=torch_features,
     description="Image-classification training (torchvision models, ResNet50 by default), synthetic data",
     # CARAML's columns (its JUBE result table, in its order; those it shows always are shown by default), then ours.
     columns=(Col("job_id", "JobID", "shared:job_id", default=False), "system",

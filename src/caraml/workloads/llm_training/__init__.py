@@ -10,6 +10,7 @@ the benchmark.
 from __future__ import annotations
 
 from caraml.errors import BadInput
+from caraml.kit import torch_features as tf
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
 from caraml.workloads.llm_training import backend
@@ -242,6 +243,15 @@ def check_device(cfg: TrainingConfig, device) -> None:
         check_indexed(cfg.data, os.environ.get("CARAML_DATA"), cfg.model.vocab_size)
 
 
+def torch_features(cfg: TrainingConfig, dims) -> tuple:
+    """What of torch a run needs beyond the oldest supported one: the layout's parallelisms, compilation, a chosen
+    attention kernel."""
+    wanted = ((tf.PIPELINING, dims.pp_enabled), (tf.TENSOR_PARALLEL, dims.tp_enabled),
+              (tf.FSDP2, dims.dp_enabled and cfg.parallel.distributed_optimizer),
+              (tf.COMPILE, cfg.compute.compiled), (tf.SDPA_KERNELS, cfg.compute.attention != "auto"))
+    return tuple(feature for feature, needed in wanted if needed)
+
+
 def build(cfg: TrainingConfig, ctx):
     if cfg.engine.backend == "megatron-core":
         from caraml.workloads.llm_training.megatron_core import MegatronBench
@@ -254,7 +264,7 @@ def build(cfg: TrainingConfig, ctx):
 
 WORKLOAD = register(Workload(
     name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build, config=TrainingConfig,
-    check_device=check_device, check_launch=layout_problem, dims=dims,
+    check_device=check_device, check_launch=layout_problem, dims=dims, torch_features=torch_features,
     description="GPT pre-training, Megatron's recipe in PyTorch (tensor, pipeline, data parallel)",
     # CARAML's columns, then ours (MFU, Tokens/Wh, ...)
     columns=("system", Col("model_size", "ModelSize", "param:model_size"), "nodes", "devices", "global_batch_size",

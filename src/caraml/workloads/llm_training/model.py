@@ -22,6 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from caraml.kit.precision import autocast_dtype_in_effect
+
 if TYPE_CHECKING:
     from caraml.workloads.llm_training.config import TrainingConfig
 
@@ -190,9 +192,9 @@ class GPT(nn.Module):
         h = x
         if self.embed is not None:
             h = self.embed(x)
-            kind = h.device.type  # the residual stream in half precision under autocast (Megatron's)
-            if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
-                h = h.to(torch.get_autocast_dtype(kind))
+            dtype = autocast_dtype_in_effect(h.device.type)  # the residual stream in half precision (Megatron's)
+            if dtype is not None:
+                h = h.to(dtype)
         for layer in self.layers.values():
             h = layer(h, self.rope)
         if self.norm is not None:

@@ -30,11 +30,21 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
 
 
 # tensor parallelism -------------------------------------------------------------------------------------------
+def _placements() -> tuple[type, type]:
+    """DTensor's Replicate and Shard: public from torch 2.5, in torch.distributed._tensor before (the plans are
+    made there too, and used only under tp > 1, which is refused before 2.5)."""
+    try:
+        from torch.distributed.tensor import Replicate, Shard
+    except ImportError:
+        from torch.distributed._tensor import Replicate, Shard
+    return Replicate, Shard
+
+
 def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
     """Megatron's split: the fused q/k/v and the MLP's first layer by output columns (whole heads: wqkv's rows are
     laid out head by head), wo and w2 by input rows;
     with sequence parallelism the norms work on sequence shards, gathered before and scattered after."""
-    from torch.distributed.tensor import Replicate, Shard
+    Replicate, Shard = _placements()
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
     seq = Shard(1) if sequence_parallel else Replicate()
@@ -55,7 +65,7 @@ def _block_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
 
 def _embedding_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
     """The embedding split by vocabulary rows (Megatron's VocabParallelEmbedding)."""
-    from torch.distributed.tensor import Replicate, Shard
+    Replicate, Shard = _placements()
     from torch.distributed.tensor.parallel import PrepareModuleOutput, RowwiseParallel
 
     if not sequence_parallel:
@@ -68,7 +78,7 @@ def _embedding_plan(cfg: GPTConfig, sequence_parallel: bool) -> dict:
 
 def _head_plan(sequence_parallel: bool, loss_parallel: bool) -> dict:
     """The output layer split by vocabulary columns; with loss_parallel the logits stay sharded for the loss."""
-    from torch.distributed.tensor import Replicate, Shard
+    Replicate, Shard = _placements()
     from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel
 
     plan = {"output": ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(),
@@ -203,10 +213,29 @@ def all_reduce_gradients(params: list[nn.Parameter], group) -> None:
             bucket = []
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
+class _NoDTensor:
+    """Stands for DTensor and Shard where torch has no public DTensor (before 2.5): no tensor is one, and no run
+    makes one there (tensor parallelism and FSDP2 are refused, caraml.kit.torch_features)."""
 
-    return t.to_local() if isinstance(t, DTensor) else t
+
+def _dtensor() -> tuple[type, type]:
+    """torch's DTensor and Shard classes (_NoDTensor twice before torch 2.5)."""
+    try:
+        from torch.distributed.tensor import DTensor, Shard
+    except ImportError:
+        return _NoDTensor, _NoDTensor
+    return DTensor, Shard
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, _dtensor()[0]) else t
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all `grads` together, by multi-tensor kernels (torch.nn.utils.get_total_norm from 2.6)."""
+    if hasattr(torch.nn.utils, "get_total_norm"):
+        return torch.nn.utils.get_total_norm(grads, 2.0, foreach=True)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
 
 
 # the tied embedding across pipeline stages ---------------------------------------------------------------------
@@ -240,10 +269,8 @@ def tied_weight(model: nn.Module, dims: ParallelDims) -> nn.Parameter | None:
 def sync_tied_gradient(weight: nn.Parameter | None, group) -> None:
     if weight is None or group is None or weight.grad is None:
         return
-    from torch.distributed.tensor import DTensor
-
     grad = weight.grad
-    if isinstance(grad, DTensor) and grad.placements != weight.placements:
+    if isinstance(grad, _dtensor()[0]) and grad.placements != weight.placements:
         # The sharded embedding's backward gives a replicated gradient; shard it like the output layer's copy
         # (a local slice, no communication) so the two stages add up equal pieces.
         grad = weight.grad = grad.redistribute(grad.device_mesh, weight.placements)
@@ -257,8 +284,7 @@ def grad_square_share(params: list[nn.Parameter], dims: ParallelDims, exclude: n
     all-reduce, by the caller) it is the squared norm. A gradient held alike by several ranks of a stage
     (replicated over dp, or over tp) is divided by its number of copies; the last stage's copy of a tied
     embedding is left out (counted once, on the first stage). Multi-tensor kernels, no host synchronisation."""
-    from torch.distributed.tensor import DTensor, Shard
-
+    DTensor, Shard = _dtensor()
     stage_ranks = dims.dp * dims.tp
     by_share: dict[float, list[torch.Tensor]] = {}
     for p in params:
@@ -275,5 +301,5 @@ def grad_square_share(params: list[nn.Parameter], dims: ParallelDims, exclude: n
     square = torch.zeros((), dtype=torch.float32, device=next(iter(by_share.values()))[0].device if by_share
                          else "cpu")
     for share, grads in by_share.items():
-        square = square + share * torch.nn.utils.get_total_norm(grads, 2.0, foreach=True).float() ** 2
+        square = square + share * _total_norm(grads).float() ** 2
     return square
