@@ -22,9 +22,9 @@ CHUNK_ROWS = 8192  # rows of logits alive at once: 8192 x 50304 fp32 = 1.6 GB on
 
 
 def _autocast_dtype(device_type: str):
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return None
+    from caraml.kit.precision import autocast_dtype_in_effect
+
+    return autocast_dtype_in_effect(device_type)
 
 
 # fused linear + cross-entropy -----------------------------------------------------------------------------------
