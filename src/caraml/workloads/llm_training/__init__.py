@@ -82,9 +82,9 @@ PARAMS = [
           "(2025.01 newest, JUPITER/MI300A: 16 heads, 60 min); none", choices=CARAML_CONFIGS, quiet_default=True),
     Param("convention", str, "steady", "steady: our steady-state tokens/s; caraml-log: also CARAML's figure, "
           "training on after the steady window until exit_minutes, tokens/s = global batch x seq / mean time per "
-          "iteration of every log_interval iterations of the whole run", choices=caraml_log.CONVENTIONS,
+          "iteration of every caraml_log_interval iterations of the whole run", choices=caraml_log.CONVENTIONS,
           quiet_default=True),
-    Param("log_interval", int, caraml_log.LOG_INTERVAL, "caraml-log: iterations per logged interval (Megatron's "
+    Param("caraml_log_interval", int, caraml_log.LOG_INTERVAL, "caraml-log: iterations per logged interval (Megatron's "
           "--log-interval; CARAML's 5)", minimum=1, quiet_default=True),
     Param("exit_minutes", float, 0.0, "caraml-log: stop training this many minutes after it started (Megatron's "
           "--exit-duration-in-mins); 0: CARAML's of caraml_config (2024: 30, 2025 and none: 60)", minimum=0.0,

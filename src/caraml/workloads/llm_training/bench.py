@@ -320,7 +320,7 @@ class GPTBench:
 
     def _caraml_log(self, caraml_flops: float) -> dict:
         conv, model = self.cfg.caraml, self.cfg.model
-        found = caraml_log.figures(self.run_step_times(), conv.log_interval, self.global_batch, model.seq_length,
+        found = caraml_log.figures(self.run_step_times(), conv.caraml_log_interval, self.global_batch, model.seq_length,
                                    self.dims.world, caraml_flops, conv.exit_after_minutes)
         return {"caraml_tokens_per_s": found.pop("tokens_per_s"),
                 "caraml_time_per_iteration_s": found["time_per_iteration_s"],

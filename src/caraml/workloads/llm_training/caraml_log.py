@@ -14,9 +14,9 @@ CONVENTIONS = ("steady", "caraml-log")
 LOG_INTERVAL = 5  # CARAML's --log-interval
 REPORT_TOKENS = 20_000_000  # CARAML's throughput_in_time: seconds to train this many tokens
 CONVENTION = ("caraml-log: tokens/s = global batch x seq / mean of the elapsed time per iteration of every "
-              "log_interval iterations, from the first iteration to the exit after exit_minutes (the first interval "
-              "included, a last partial one not); TFLOP/s per device = mean over the intervals of CARAML's patch "
-              "formula / (elapsed time per iteration x devices)")
+              "caraml_log_interval iterations, from the first iteration to the exit after exit_minutes (the first "
+              "interval included, a last partial one not); TFLOP/s per device = mean over the intervals of CARAML's "
+              "patch formula / (elapsed time per iteration x devices)")
 
 
 def interval_times(step_seconds: list[float], interval: int) -> list[float]:

@@ -180,7 +180,7 @@ class CaramlConvention:
     """the CARAML configuration this point reproduces, by CARAML's version: 2024, 2025 or none"""
     convention: str
     """steady (ours only) or caraml-log (also CARAML's figure over every log interval of the whole run)"""
-    log_interval: int
+    caraml_log_interval: int
     """caraml-log: iterations per logged interval"""
     exit_minutes: float
     """caraml-log: minutes of training before it stops; 0: CARAML's of caraml_config"""
