@@ -176,6 +176,7 @@ def _training_problem(cfg: TrainingConfig, dp: int) -> str | None:
 
 # The 800M shape differs between CARAML's versions: 8 heads in 2024.01, 16 in the newest 2025.01.
 CARAML_HEADS = {("2024", "800M"): 8, ("2025", "800M"): 16}
+CARAML_PRESETS = {"2024": "800M-2024", "2025": "800M"}
 
 
 def caraml_problem(cfg: TrainingConfig) -> str | None:
@@ -183,10 +184,11 @@ def caraml_problem(cfg: TrainingConfig) -> str | None:
     m, version = cfg.model, cfg.caraml.caraml_config
     heads = CARAML_HEADS.get((version, m.model_size))
     if heads is not None and m.num_attention_heads != heads:
-        preset = "800M-2024" if version == "2024" else "800M"
+        other = [v for (v, size), n in CARAML_HEADS.items() if size == m.model_size and n == m.num_attention_heads]
+        fix = f"caraml_config={other[0]} (--preset {CARAML_PRESETS[other[0]]})" if other else "caraml_config=none"
         return (f"caraml_config={version} is CARAML's {version} configuration, whose {m.model_size} GPT has {heads} "
-                f"heads, not num_attention_heads={m.num_attention_heads}; give --preset {preset}, "
-                f"num_attention_heads={heads}, or caraml_config=none")
+                f"heads, not num_attention_heads={m.num_attention_heads}; give num_attention_heads={heads} "
+                f"(--preset {CARAML_PRESETS[version]}), or {fix}")
     return None
 
 
