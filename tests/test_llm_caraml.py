@@ -268,3 +268,37 @@ def test_job_time_from_slurm_or_the_profile():
     assert _job_time(slurm) == "01:15:00"
     assert _job_time({"system": {"profile": {"site": {"time_limit": "00:15:00"}}}}) == "00:15:00"
     assert _job_time({}) is None
+
+
+# GC200: CARAML's IPU run through PopTorch -------------------------------------------------------------------------------
+def test_ipu_layout_batch_and_schedule_are_caramls():
+    from caraml.workloads.llm_training import ipu
+
+    assert ipu.layer_ipus("0 4 4 4") == [1] * 4 + [2] * 4 + [3] * 4
+    assert ipu.layout_problem(12, 4, "0 4 4 4") is None
+    assert "places 16 layers" in ipu.layout_problem(12, 4, "4 4 4 4")
+    assert "names 3 IPUs" in ipu.layout_problem(12, 4, "0 6 6")
+    assert "not a list of layer counts" in ipu.layout_problem(12, 4, "0 four")
+    assert ipu.samples_per_step(1, 128, 1, 4) == 512
+    lr = [ipu.learning_rate(u, 1000, 1.5e-4, 0.01) for u in (0, 5, 10, 505, 1000)]
+    assert lr[0] == 0 and lr[1] == pytest.approx(0.75e-4) and lr[2] == pytest.approx(1.5e-4)
+    assert lr[3] == pytest.approx(0.75e-4) and lr[4] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_gc200_suite_point_is_caramls_ipu_run():
+    [point] = expand(suite_mod.load("llm_training"), {"117M", "GC200"}, "GC200")
+    p = point.params
+    assert (p["backend"], p["replicas"], p["ipus_per_replica"], p["layers_per_ipu"], p["device_iterations"]) == (
+        "poptorch", 1, 4, "0 4 4 4", 4)
+    assert (p["micro_batch_size"], p["grad_accumulation"], p["lr"], p["lr_warmup_fraction"]) == (1, 128, 1.5e-4, 0.01)
+    assert (p["num_layers"], p["hidden_size"], p["num_attention_heads"], p["seq_length"]) == (12, 768, 12, 1024)
+    assert point.devices_per_node == 1 and p["convention"] == "steady" and p["caraml_config"] == "2024"
+    assert "give convention=steady" in layout_problem(config("117M", backend="poptorch", convention="caraml-log"), 1)
+    assert "launch one process" in layout_problem(config("117M", backend="poptorch"), 4)
+
+
+@pytest.mark.subprocess
+def test_poptorch_missing_is_one_line_exit_2(tmp_path):
+    proc = caraml("run", "llm_training", "--preset", "117M", "backend=poptorch", "--results", tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "needs Graphcore's poptorch" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

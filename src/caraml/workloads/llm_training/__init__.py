@@ -12,7 +12,7 @@ from __future__ import annotations
 from caraml.errors import BadInput
 from caraml.params import Param
 from caraml.workloads import Col, Workload, register
-from caraml.workloads.llm_training import caraml_log
+from caraml.workloads.llm_training import caraml_log, ipu
 from caraml.workloads.llm_training.config import CARAML_CONFIGS, DISTRIBUTED_OPTIMIZERS, TrainingConfig
 
 COMPILERS = ("none", "inductor")
@@ -77,6 +77,20 @@ PARAMS = [
     Param("lr_decay_samples", int, 128_953_125, "cosine decay to min_lr, in samples", minimum=1),
     Param("weight_decay", float, 0.1, "AdamW weight decay (not on biases and norms)", minimum=0.0),
     Param("clip_grad", float, 1.0, "clip gradients to this global norm (0: off)", minimum=0.0),
+    Param("backend", str, "native", "native (PyTorch on GPUs and CPUs), or poptorch (Graphcore IPUs through "
+          "PopTorch, as CARAML's GC200 runs: one process, the blocks pipelined over the IPUs of a replica)",
+          choices=("native", "poptorch"), headline=True, quiet_default=True),
+    Param("replicas", int, 1, "poptorch: model replicas (data parallel inside one process; CARAML's 1)", minimum=1,
+          quiet_default=True),
+    Param("ipus_per_replica", int, ipu.CARAML_IPU["ipus_per_replica"], "poptorch: IPUs of one replica (CARAML's 4)",
+          minimum=1, quiet_default=True),
+    Param("layers_per_ipu", str, ipu.CARAML_IPU["layers_per_ipu"], "poptorch: transformer blocks on each IPU of a "
+          "replica (CARAML's \"0 4 4 4\": the embedding alone on IPU 0)", quiet_default=True),
+    Param("device_iterations", int, ipu.CARAML_IPU["device_iterations"], "poptorch: optimizer steps per host call "
+          "(CARAML's 4: 4 x 128 samples per step)", minimum=1, quiet_default=True),
+    Param("lr_warmup_fraction", float, ipu.CARAML_IPU["lr_warmup_fraction"], "poptorch: linear warm-up over this "
+          "fraction of the updates in lr_decay_samples, then cosine to 0 (Graphcore's --lr-warmup; CARAML's 0.01)",
+          minimum=0.0, quiet_default=True),
     Param("caraml_config", str, "none", "which of CARAML's configurations this point reproduces, by CARAML's "
           "version: 2024 (2024.01, behind the published figures: 800M with 8 heads, exit after 30 min), 2025 "
           "(2025.01 newest, JUPITER/MI300A: 16 heads, 60 min); none", choices=CARAML_CONFIGS, quiet_default=True),
@@ -164,6 +178,8 @@ def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
 def _training_problem(cfg: TrainingConfig, dp: int) -> str | None:
     """Dropout, mixed precision and optimizer settings that cannot work together, in one line; None when they can."""
     c, par = cfg.compute, cfg.parallel
+    if cfg.ipu.poptorch:
+        return _ipu_problem(cfg, dp)
     for name in ("attention_dropout", "hidden_dropout"):
         if getattr(c, name) >= 1.0:
             return f"{name}={getattr(c, name):g} drops everything; give a probability below 1 (CARAML's 0.1)"
@@ -172,6 +188,17 @@ def _training_problem(cfg: TrainingConfig, dp: int) -> str | None:
                 "which FSDP2's sharded parameters cannot hold; give distributed_optimizer=zero1 (Megatron's) or off, "
                 "or mixed_precision=autocast")
     return caraml_problem(cfg)
+
+
+def _ipu_problem(cfg: TrainingConfig, dp: int) -> str | None:
+    """What backend=poptorch cannot run, in one line: one process, no tp/pp of ours, the layers laid out over the
+    IPUs, our steady state only."""
+    if dp != 1 or cfg.parallel.tp != 1 or cfg.parallel.pp != 1:
+        return ("backend=poptorch drives all IPUs from one process (replicas, ipus_per_replica); launch one process "
+                "with tp=1 pp=1")
+    if cfg.caraml.logs:
+        return "backend=poptorch measures our steady state only; give convention=steady"
+    return ipu.layout_problem(cfg.model.num_layers, cfg.ipu.ipus_per_replica, cfg.ipu.layers_per_ipu)
 
 
 # The 800M shape differs between CARAML's versions: 8 heads in 2024.01, 16 in the newest 2025.01.
@@ -263,6 +290,9 @@ def check_device(cfg: TrainingConfig, device) -> None:
 
     from caraml.kit.precision import check_precision
 
+    if cfg.ipu.poptorch:
+        ipu.require_poptorch()
+        return
     check_precision(cfg.compute.precision, device)
     if cfg.data.source == "oscar":
         from caraml.workloads.llm_training.data import check_indexed
@@ -271,6 +301,8 @@ def check_device(cfg: TrainingConfig, device) -> None:
 
 
 def build(cfg: TrainingConfig, ctx):
+    if cfg.ipu.poptorch:
+        return ipu.IpuGPTBench(cfg, ctx)
     from caraml.workloads.llm_training.bench import GPTBench
 
     return GPTBench(cfg, ctx)
@@ -318,5 +350,6 @@ WORKLOAD = register(Workload(
     metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
              "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "throughput_convention",
              "caraml_config", "precision_mechanism", "caraml_tokens_per_s", "caraml_time_per_iteration_s",
-             "caraml_tflops_per_device", "caraml_iterations", "caraml_log", "model", "dataset", "time_to_report_s"),
+             "caraml_tflops_per_device", "caraml_iterations", "caraml_log", "model", "dataset", "time_to_report_s",
+             "ipu"),
 ))

@@ -175,6 +175,26 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class IpuConfig:
+    backend: str
+    """native (PyTorch) or poptorch (Graphcore IPUs)"""
+    replicas: int
+    """poptorch: model replicas"""
+    ipus_per_replica: int
+    """poptorch: IPUs of one replica"""
+    layers_per_ipu: str
+    """poptorch: blocks on each IPU of a replica, e.g. 0 4 4 4 (CARAML's)"""
+    device_iterations: int
+    """poptorch: optimizer steps per host call"""
+    lr_warmup_fraction: float
+    """poptorch: warm-up over this fraction of the updates"""
+
+    @property
+    def poptorch(self) -> bool:
+        return self.backend == "poptorch"
+
+
+@dataclass(frozen=True)
 class CaramlConvention:
     caraml_config: str
     """the CARAML configuration this point reproduces, by CARAML's version: 2024, 2025 or none"""
@@ -206,6 +226,7 @@ class TrainingConfig:
     optim: OptimizerConfig
     data: DataConfig
     caraml: CaramlConvention
+    ipu: IpuConfig
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> "TrainingConfig":
@@ -214,4 +235,4 @@ class TrainingConfig:
                    parallel=typed_fields(ParallelConfig, values), compute=typed_fields(ComputeConfig, values),
                    optim=typed_fields(OptimizerConfig, values),
                    data=DataConfig(source=values["data"], path=values["data_path"]),
-                   caraml=typed_fields(CaramlConvention, values))
+                   caraml=typed_fields(CaramlConvention, values), ipu=typed_fields(IpuConfig, values))
