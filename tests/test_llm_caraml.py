@@ -270,7 +270,7 @@ def test_job_time_from_slurm_or_the_profile():
     assert _job_time({}) is None
 
 
-# GC200: CARAML's IPU run through PopTorch -------------------------------------------------------------------------------
+# GC200: CARAML's IPU run through PopTorch ------------------------------------------------------------------------
 def test_ipu_layout_batch_and_schedule_are_caramls():
     from caraml.workloads.llm_training import ipu
 
