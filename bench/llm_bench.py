@@ -16,7 +16,7 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
                       precision, ZeRO-1, dropout 0.1, selective recompute, micro-batch 4, eager), global batch
                       LLM_BENCH_CARAML_GBS (default 512, as CARAML's published figures), convention=caraml-log:
                       CARAML's tokens/s and TFLOP/s (its patch's formula) over every 5-iteration interval from the
-                      first iteration to the exit after LLM_BENCH_EXIT_MIN minutes (default 3; CARAML's 30), beside
+                      first iteration to the exit after LLM_BENCH_EXIT_MIN minutes (default 4; CARAML's 30), beside
                       our steady-state figure of the same run (not in the default --only list: run it by name)
 
 The points caraml* other than caraml_2024_log keep the plain loop's settings (bf16 autocast, no dropout) over
@@ -54,7 +54,7 @@ POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_
 EXTRA_POINTS = ("caraml_2024_log",)  # run only when named in --only
 # caraml_2024_log: CARAML's global batch and the minutes before the exit (CARAML's 30: too long for one command)
 CARAML_GBS = int(os.environ.get("LLM_BENCH_CARAML_GBS", "512"))
-EXIT_MIN = float(os.environ.get("LLM_BENCH_EXIT_MIN", "3"))
+EXIT_MIN = float(os.environ.get("LLM_BENCH_EXIT_MIN", "4"))
 # the plain loop's training (bf16 autocast, no dropout) over the 800M preset's CARAML values
 LIKE_PLAIN = ["precision=bf16", "mixed_precision=autocast", "attention_dropout=0", "hidden_dropout=0"]
 OPTIM = resolve(RunSpec("llm_training", preset="800M")).config.optim
