@@ -12,12 +12,21 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
     caraml_acc        caraml_big with 8 micro-batches per iteration (global batch 128): the optimizer step shared
     plain             a hand-written loop over the same model code (model.py), micro-batch 4
     micro             the plain loop at micro-batch 8, 16, 32, ... until out of memory: the largest that fits
+    caraml_2024_log   CARAML's 2024 configuration as it ran (--preset 800M-2024: 8 heads, fp16 with Megatron's mixed
+                      precision, ZeRO-1, dropout 0.1, selective recompute, micro-batch 4, eager), global batch
+                      LLM_BENCH_CARAML_GBS (default 512, as CARAML's published figures), convention=caraml-log:
+                      CARAML's tokens/s and TFLOP/s (its patch's formula) over every 5-iteration interval from the
+                      first iteration to the exit after LLM_BENCH_EXIT_MIN minutes (default 4; CARAML's 30), beside
+                      our steady-state figure of the same run (not in the default --only list: run it by name)
+
+The points caraml* other than caraml_2024_log keep the plain loop's settings (bf16 autocast, no dropout) over
+the preset's CARAML values, so that caraml/plain compares the same training.
 
 Backends side by side (`--only native_caraml,megatron,crosscheck`, about 4 minutes; `--set k=v` adds settings to
 both throughput points):
 
-    native_caraml     caraml run llm_training --preset 800M precision=bf16 micro_batch_size=4 compile=none
-                      (CARAML's settings: selective recompute, uncompiled)
+    native_caraml     caraml run llm_training --preset 800M-2024 micro_batch_size=4 compile=none (CARAML's 2024
+                      settings: fp16 as Megatron keeps it, dropout 0.1, ZeRO-1, selective recompute, uncompiled)
     megatron          the same with backend=megatron-core (megatron-core's GPTModel, optimizer and schedule)
     crosscheck        both backends from the same initial weights and data, fp32, 20 iterations (lr 3e-4, no
                       warm-up, so the loss moves): each iteration's loss agrees within 1 %
@@ -78,8 +87,14 @@ POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_
 BACKEND_POINTS = ("native_caraml", "megatron", "crosscheck")
 CARAML_SETTINGS = ["recompute=selective", "compile=none"]  # CARAML's Megatron: selective recompute, no compiler
 CROSSCHECK = {"precision": "fp32", "recompute": "none", "compile": "none", "lr": 3e-4, "lr_warmup_samples": 0,
-              "seed": 42}
+              "seed": 42, "attention_dropout": 0.0, "hidden_dropout": 0.0}  # no dropout: the RNGs differ
 CROSSCHECK_STEPS, CROSSCHECK_TOLERANCE = 20, 0.01
+EXTRA_POINTS = ("caraml_2024_log",)  # run only when named in --only
+# caraml_2024_log: CARAML's global batch and the minutes before the exit (CARAML's 30: too long for one command)
+CARAML_GBS = int(os.environ.get("LLM_BENCH_CARAML_GBS", "512"))
+EXIT_MIN = float(os.environ.get("LLM_BENCH_EXIT_MIN", "4"))
+# the plain loop's training (bf16 autocast, no dropout) over the 800M preset's CARAML values
+LIKE_PLAIN = ["precision=bf16", "mixed_precision=autocast", "attention_dropout=0", "hidden_dropout=0"]
 OPTIM = resolve(RunSpec("llm_training", preset="800M")).config.optim
 LR, LR_WARMUP_SAMPLES = OPTIM.lr, OPTIM.lr_warmup_samples  # caraml's learning-rate warm-up
 ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
@@ -88,9 +103,14 @@ ACC = int(os.environ.get("LLM_BENCH_ACC", "8"))
 BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
 # the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
 SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
-              "caraml": ["--preset", "smoke", "device=cpu", "compile=none"], "max_micro": 4}
+              "caraml": ["--preset", "smoke", "device=cpu", "compile=none"], "max_micro": 4,
+              # the smoke model with CARAML's settings (bf16: fp16 is slow on a CPU)
+              "caraml_2024": ["--preset", "smoke", "device=cpu", "mixed_precision=megatron", "precision=bf16",
+                              "distributed_optimizer=zero1", "attention_dropout=0.1", "hidden_dropout=0.1",
+                              "recompute=selective", "caraml_config=none"], "gbs": 8, "exit_min": 0.3}
 RUN = {"device": "cuda", "compile": True, "caraml": ["--preset", "800M", "compile=inductor", "device=cuda"],
-       "max_micro": 1 << 20}
+       "max_micro": 1 << 20, "caraml_2024": ["--preset", "800M-2024", "device=cuda"], "gbs": CARAML_GBS,
+       "exit_min": EXIT_MIN}
 
 
 def flops_per_token() -> float:
@@ -114,8 +134,9 @@ def merged(base: list[str], extra: list[str]) -> list[str]:
 
 
 def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int, timeout: float,
-                 micro: int | None = None) -> dict:
-    settings = merged([*RUN["caraml"], "precision=bf16", f"attention={ATTENTION}", f"micro_batch_size={micro or MICRO}",
+                 micro: int | None = None, base: list[str] | None = None) -> dict:
+    base = [*RUN["caraml"], *LIKE_PLAIN] if base is None else base
+    settings = merged([*base, f"attention={ATTENTION}", f"micro_batch_size={micro or MICRO}",
                        f"warmup_steps={warmup}", f"measure_steps={steps}"], extra)
     cmd = [sys.executable, "-m", "caraml", "run", "llm_training", *settings, "--results", str(out / "results"),
            "--json"]
@@ -153,9 +174,25 @@ def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int
             "compile_s": (m.get("warmup") or {}).get("compile_s"), "loss": m.get("loss"),
             "peak_memory_gib": (m.get("peak_memory_bytes") or 0) / 2**30,
             "energy_wh": energy.get("total_wh"), "tokens_per_wh": energy.get("units_per_wh"),
+            "caraml_log": caraml_log_figures(m), "precision_mechanism": m.get("precision_mechanism"),
+            "optimizer_state_sharded": (m.get("parallel_setup") or {}).get("optimizer_state_sharded"),
             "wall_s": took, "error": record.get("error"), "command": "caraml " + " ".join(cmd[3:-3]),
             "backend": m.get("backend") or {"name": "native"},
             "env": {k: (record.get("env") or {}).get(k) for k in ("torch", "cuda", "driver", "python")}}
+
+
+def caraml_log_figures(m: dict) -> dict | None:
+    """CARAML's figures of a convention=caraml-log run, beside ours of the same run."""
+    if not m.get("caraml_log"):
+        return None
+    log = m["caraml_log"]
+    return {"tokens_per_s": (m.get("caraml_tokens_per_s") or {}).get("value"),
+            "tflops_per_device": m.get("caraml_tflops_per_device"),
+            "time_per_iteration_s": m.get("caraml_time_per_iteration_s"), "iterations": m.get("caraml_iterations"),
+            "iterations_run": log.get("iterations_run"), "exit_minutes": log.get("exit_minutes"),
+            "elapsed_per_iteration_s": log.get("elapsed_per_iteration_s"),
+            "steady_tokens_per_s": (m.get("throughput") or {}).get("value"),
+            "steady_tflops_caraml_formula": m.get("tflops_caraml_per_device")}
 
 
 # the backends -----------------------------------------------------------------------------------------------------
@@ -449,7 +486,7 @@ def micro_sweep(steps: int, warmup: int, budget_end: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
-    parser.add_argument("--only", default=",".join(POINTS), help="comma list of: " + ", ".join(POINTS))
+    parser.add_argument("--only", default=",".join(POINTS), help="comma list of: " + ", ".join(POINTS + EXTRA_POINTS))
     parser.add_argument("--steps", type=int, default=30, help="measured iterations per point")
     parser.add_argument("--warmup", type=int, default=8, help="warm-up iterations (compilation) per point")
     parser.add_argument("--budget", type=float, default=float(os.environ.get("LLM_BENCH_BUDGET_S", "570")),
@@ -466,13 +503,15 @@ def main() -> None:
               file=sys.stderr)
         MODEL.update(SELF_CHECK["model"])
         MICRO, VOCAB = SELF_CHECK["micro"], SELF_CHECK["vocab"]
-        RUN.update(device="cpu", compile=False, caraml=SELF_CHECK["caraml"], max_micro=SELF_CHECK["max_micro"])
+        RUN.update(device="cpu", compile=False, caraml=SELF_CHECK["caraml"], max_micro=SELF_CHECK["max_micro"],
+                   caraml_2024=SELF_CHECK["caraml_2024"], gbs=SELF_CHECK["gbs"], exit_min=SELF_CHECK["exit_min"])
         args.steps, args.warmup = min(args.steps, 4), min(args.warmup, 2)
         args.budget = max(args.budget, 3600.0)  # a shared CPU starts each caraml process slowly
     only = [n for n in args.only.split(",") if n]
-    unknown = [n for n in only if n not in POINTS + BACKEND_POINTS]
+    unknown = [n for n in only if n not in POINTS + BACKEND_POINTS + EXTRA_POINTS]
     if unknown:
-        sys.exit(f"llm_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS + BACKEND_POINTS)}")
+        known = POINTS + BACKEND_POINTS + EXTRA_POINTS
+        sys.exit(f"llm_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(known)}")
     missing = megatron_missing() if {"megatron", "crosscheck"} & set(only) else None
     if missing:
         print(f"llm_bench: skipping the point megatron and crosscheck's megatron side: {missing}", file=sys.stderr)
@@ -518,13 +557,20 @@ def main() -> None:
         elif name == "caraml_acc":
             rows.append(caraml_point(name, ["recompute=none", f"grad_accumulation={ACC}"], out, args.steps,
                                      args.warmup, left, micro=min(BIG_MICRO, RUN["max_micro"])))
-        elif name == "native_caraml":
-            rows.append(caraml_point(name, CARAML_SETTINGS + args.set, out, args.steps, args.warmup, left))
+        elif name == "caraml_2024_log":
+            # CARAML's iterations are long (global batch 512: 128 micro-batches): a few warm-up and measured ones,
+            # then on to the exit; the figures of both conventions come from this one run
+            acc = RUN["gbs"] // MICRO
+            rows.append(caraml_point(name, [f"grad_accumulation={acc}", "convention=caraml-log",
+                                            f"exit_minutes={RUN['exit_min']}"], out, min(args.steps, 3),
+                                     min(args.warmup, 2), left, base=RUN["caraml_2024"]))
+        elif name == "native_caraml":  # CARAML's 2024 settings (fp16 as Megatron keeps it, dropout, ZeRO-1)
+            rows.append(caraml_point(name, CARAML_SETTINGS + args.set, out, args.steps, args.warmup, left,
+                                     base=RUN["caraml_2024"]))
         elif name == "megatron":
             rows.append({"name": name, "status": f"skipped ({missing})"} if missing else
                         caraml_point(name, CARAML_SETTINGS + ["backend=megatron-core", "attention=auto"] + args.set,
-                                     out, args.steps,
-                                     args.warmup, left))
+                                     out, args.steps, args.warmup, left, base=RUN["caraml_2024"]))
         elif name == "crosscheck":
             rows.append(crosscheck_point(end))
         elif name == "plain":
@@ -559,6 +605,13 @@ def main() -> None:
             print(f"  micro {t['micro_batch_size']:<4} {t['status']:<8} {format(t.get('tokens_per_s') or 0, '10.0f')} "
                   f"{format(t.get('tflops_6n') or 0, '8.1f')} {format(t.get('mfu') or 0, '6.3f')} {'':>6} "
                   f"{format(t.get('peak_memory_gib') or 0, '8.1f')}")
+        log = r.get("caraml_log")
+        if log:
+            print(f"  CARAML's convention ({log['iterations']} of {log['iterations_run']} iterations logged, exit "
+                  f"after {log['exit_minutes']} min): {format(log['tokens_per_s'] or 0, '.0f')} tokens/s, "
+                  f"{format(log['tflops_per_device'] or 0, '.1f')} TFLOP/s per GPU (CARAML's formula); ours, steady: "
+                  f"{format(log['steady_tokens_per_s'] or 0, '.0f')} tokens/s, "
+                  f"{format(log['steady_tflops_caraml_formula'] or 0, '.1f')} TFLOP/s (CARAML's formula)")
         if r.get("error") and r["status"] != "ok":
             print("   ", str(r["error"])[-800:])
     print(f"llm_bench: wrote {out / 'llm_bench.json'}", file=sys.stderr)

@@ -148,7 +148,7 @@ def test_llm_sweep_is_caramls_table(size):
         assert (p["model_size"], p["seq_length"], p["max_position_embeddings"], p["position"]) == (size, 2048, 2048,
                                                                                                   "rope")
         assert (p["recompute"], p["sequence_parallel"], p["distributed_optimizer"], p["seed"]) == ("selective", True,
-                                                                                                   True, 42)
+                                                                                                   "zero1", 42)
         assert point["devices_per_node"] == 4
     assert sorted(got, key=lambda row: row[9]) == CARAML_LLM[size]
 

@@ -78,8 +78,9 @@ def test_caraml_tflops_formula():
     # 800M, global batch 16, selective recompute: 24*4*16*2048*16*2048^2*(1 + 2048/(6*2048) + 50304/(16*16*2048))
     expected = 24 * 4 * 16 * 2048 * 16 * 2048 ** 2 * (1 + 1 / 6 + 50304 / (16 * 16 * 2048))
     assert sizes.caraml_flops_per_iteration(16, 2048, 16, 2048, 50304, recompute=True) == pytest.approx(expected)
+    # without recompute f = 3, and the newest patch's vocabulary term is V/(16*(f/4)*L*h)
     assert sizes.caraml_flops_per_iteration(16, 2048, 16, 2048, 50304, recompute=False) == pytest.approx(
-        expected * 3 / 4)
+        24 * 3 * 16 * 2048 * 16 * 2048 ** 2 * (1 + 1 / 6 + 50304 / (16 * 0.75 * 16 * 2048)))
     assert sizes.caraml_flops_per_iteration(16, 2048, 16, 2048, 50304, True, "swiglu") == pytest.approx(
         expected * 32 / 24)
 

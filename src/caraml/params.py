@@ -41,6 +41,9 @@ class Param:
     identifies_at_default: bool = True
     aliases: tuple[str, ...] = ()  # former names, still accepted (and read from older records)
     value_aliases: tuple[tuple[Any, Any], ...] = ()  # (former value, value), e.g. (("off", "fp32"),)
+    # A parameter retyped after records were stored keeps their ids: (value, former value) puts the former value
+    # into the id (a bool that became a choice: ("fsdp", True)).
+    id_values: tuple[tuple[Any, Any], ...] = ()
 
     def parse(self, raw: Any, workload: str) -> Any:
         for old, new in self.value_aliases:  # YAML reads `on` as True: compare as text
@@ -151,6 +154,22 @@ def canonical(declared: list[Param], given: dict[str, Any], workload: str = "") 
             raise BadInput(f"{workload}: '{former}' is the former name of '{name}', and both were given; "
                            f"give {name} once")
         out[name], given_as[name] = value, key
+    return out
+
+
+def id_view(declared: list[Param], values: dict[str, Any]) -> dict[str, Any]:
+    """The parameter values a configuration id is computed from: quiet defaults left out, retyped values as they
+    were (Param.identifies_at_default, Param.id_values); undeclared keys kept as they are."""
+    by_name = {p.name: p for p in declared}
+    out = {}
+    for key, value in values.items():
+        p = by_name.get(key)
+        if p is not None and not p.identifies_at_default and value == p.default:
+            continue
+        for today, former in p.id_values if p is not None else ():
+            if value == today:
+                value = former
+        out[key] = value
     return out
 
 

@@ -56,15 +56,16 @@ def _row(label: str, value: str, note: str = "") -> str:
 def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
     lay, mem, b, c = est["layout"], est["memory"], cfg.batch, cfg.compute
     gib = lambda v: f"{v / GIB:.2f} GiB"  # noqa: E731
-    sharded = cfg.parallel.distributed_optimizer and lay["dp"] > 1
+    sharded = cfg.parallel.distributed_optimizer != "off" and lay["dp"] > 1
     capacity = est["memory_capacity_bytes"]
     lines = [f"{name}{' --preset ' + preset if preset else ''} on {profile['tag']}: {lay['nodes']} node(s), "
              f"{lay['devices']} devices: tp={lay['tp']} pp={lay['pp']} dp={lay['dp']}, micro-batch "
              f"{b.micro_batch_size} x {b.grad_accumulation}, {est['tokens_per_iteration']:,} tokens per iteration",
              f"memory per device (the busiest stage), {mem['parameters_per_device'] / 1e6:,.0f} M parameters:",
              _row("parameters, gradients, AdamW state", gib(mem["states_bytes"]),
-                  "fp32, sharded over dp (distributed optimizer), parameters gathered in the step" if sharded
-                  else "fp32, not sharded"),
+                  {"fsdp": "fp32, sharded over dp (FSDP2), parameters gathered in the step",
+                   "zero1": "fp32, AdamW's moments sharded over dp (ZeRO-1)"}[cfg.parallel.distributed_optimizer]
+                  if sharded else "fp32, not sharded"),
              _row("half-precision weight copies", gib(mem["half_copies_bytes"]), f"autocast's ({c.precision})"),
              _row("activations", gib(mem["activations_bytes"]),
                   f"recompute={c.recompute}, sequence_parallel={cfg.parallel.sequence_parallel}"),

@@ -75,8 +75,14 @@ def memory(cfg, layout: Layout) -> dict:
     per_layer = (counts["non_embedding"] - 2 * h) / L
     # the first stage: its layers and the embedding (the last one holds as much: its layers and the tied copy)
     params = (L // pp) * per_layer / tp + counts["embedding"] / tp + (2 * h if pp == 1 else 0)
-    sharded = par.distributed_optimizer and dp > 1
-    states = params * 16 / dp + (params * 4 if sharded else 0)
+    # fp32 parameters, gradients and AdamW's two moments: 16 bytes each; FSDP2 shards all four (and gathers the
+    # parameters in the step), ZeRO-1 only the moments
+    if par.distributed_optimizer == "fsdp" and dp > 1:
+        states = params * 16 / dp + params * 4
+    elif par.distributed_optimizer == "zero1" and dp > 1:
+        states = params * 8 + params * 8 / dp
+    else:
+        states = params * 16
     half_copies = params * 2 if c.precision in ("fp16", "bf16", "fp8") else 0
     mb, sp = b.micro_batch_size, par.sequence_parallel and tp > 1
     whole, split = activation_units(f / h, c.recompute)

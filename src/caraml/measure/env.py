@@ -12,7 +12,8 @@ import caraml
 
 _SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME",
                "SLURM_JOB_PARTITION", "SLURM_JOB_ACCOUNT", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST",
-               "SLURM_NTASKS", "SLURM_CLUSTER_NAME", "SLURM_CPUS_PER_TASK", "SLURM_NTASKS_PER_NODE")
+               "SLURM_NTASKS", "SLURM_CLUSTER_NAME", "SLURM_CPUS_PER_TASK", "SLURM_NTASKS_PER_NODE",
+               "SLURM_JOB_START_TIME", "SLURM_JOB_END_TIME")  # their difference: the job's time limit
 
 
 def git_commit() -> str | None:

@@ -149,6 +149,17 @@ def _threads_per_task(r):
     return per_task
 
 
+def _job_time(r):
+    """The job's SLURM time limit as HH:MM:SS (CARAML's JobTime): its end minus its start time when SLURM gave
+    them, else the system profile's."""
+    slurm = _slurm(r)
+    start, end = slurm.get("SLURM_JOB_START_TIME"), slurm.get("SLURM_JOB_END_TIME")
+    if str(start).isdigit() and str(end).isdigit() and int(end) > int(start):
+        seconds = int(end) - int(start)
+        return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return _site(r).get("time_limit")
+
+
 def _energy_file(r):
     """CARAML's combined energy CSV when the run wrote one (energy_files=caraml), else the first node's power
     time series."""
@@ -207,13 +218,15 @@ SHARED = {
     "peak_memory_gib": metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib"),
     "energy_per_device_wh": metric("energy_per_device_wh", "Energy/device Wh",
                                    lambda r: energy_of(r).per_device_wh(_devices(r))),
-    # CARAML's job columns (JobID, Version, Queue, Runtime(s), Tasks/Node, Threads/Task, EnergyFile)
+    # CARAML's job columns (JobID, Version, Queue, JobTime, Runtime(s), Runtime(min), Tasks/Node, Threads/Task,
+    # EnergyFile)
     "job_id": run_column("job_id", "JobID", lambda r: _slurm(r).get("SLURM_JOB_ID")),
     "version": run_column("version", "Version", lambda r: (r.get("env") or {}).get("caraml")),
     "queue": config("queue", "Queue", lambda r: _slurm(r).get("SLURM_JOB_PARTITION") or _site(r).get("partition")
                     or None),
     "runtime_s": metric("runtime_s", "Runtime(s)", _runtime_s),
     "runtime_min": metric("runtime_min", "Runtime(min)", lambda r: _runtime_s(r) / 60 if _runtime_s(r) else None),
+    "job_time": run_column("job_time", "JobTime", _job_time),
     "tasks_per_node": config("tasks_per_node", "Tasks/Node", _tasks_per_node, "int"),
     "threads_per_task": config("threads_per_task", "Threads/Task", _threads_per_task, "int"),
     "energy_file": run_column("energy_file", "EnergyFile", _energy_file),

@@ -20,26 +20,24 @@ def config_id(workload: str, params: dict, system_tag: str, world_size: int, nod
     """Stable hash of the configuration alone (the workload's parameters and the device asked for, the system,
     the launch): the same point gets the same id however it is measured, so `result`, `compare` and `--resume`
     agree on what "the same point" is."""
+    from caraml.params import id_view
     from caraml.settings import identity
 
-    params = _without_quiet_defaults(workload, identity(params))
+    params = id_view(_declared(workload), identity(params))
     canonical = json.dumps({"workload": workload, "params": params, "system": system_tag,
                             "world_size": world_size, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _without_quiet_defaults(workload: str, params: dict) -> dict:
-    """The parameters without those declared `identifies_at_default=False` that hold their default."""
+def _declared(workload: str) -> list:
+    """The workload's parameter declarations (none for a workload this installation does not have)."""
     from caraml import workloads
     from caraml.errors import BadInput
-    from caraml.params import quiet_defaults
 
     try:
-        declared = workloads.get(workload).params
-    except BadInput:  # a workload this installation does not have: its parameters as they are
-        return params
-    quiet = quiet_defaults(declared, params)
-    return {k: v for k, v in params.items() if k not in quiet}
+        return workloads.get(workload).params
+    except BadInput:
+        return []
 
 
 def now() -> str:

@@ -3,7 +3,8 @@
 `native` is this package's model and loop (model.py, parallel.py, bench.py). `megatron-core` is CARAML's own
 engine, NVIDIA's megatron-core (`pip install 'caraml[megatron]'`): its GPTModel with Transformer Engine's
 layers (`megatron_spec=te`) or its own (`local`), its distributed optimizer, loss scaler and pipeline
-schedules, fed by the same data reader and timed by the same harness (megatron_core.py).
+schedules, fed by the same data reader and timed by the same harness (megatron_core.py). `poptorch` is
+Graphcore's IPUs as CARAML's GC200 runs (ipu.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import importlib.util
 
 from caraml.errors import BadInput
 
-BACKENDS = ("native", "megatron-core")
+BACKENDS = ("native", "megatron-core", "poptorch")
 SPECS = ("auto", "te", "local")
 INSTALL = "pip install 'caraml[megatron]' (megatron-core 0.19.2, Python >= 3.12)"
 
@@ -20,10 +21,13 @@ INSTALL = "pip install 'caraml[megatron]' (megatron-core 0.19.2, Python >= 3.12)
 def option_problem(cfg) -> str | None:
     """An option the chosen backend does not take, in one line; None when every option applies."""
     engine, compute = cfg.engine, cfg.compute
-    if engine.backend == "native":
+    if engine.backend != "megatron-core":
         if engine.megatron_spec != "auto":
             return f"megatron_spec={engine.megatron_spec} applies to backend=megatron-core only"
         return None
+    if cfg.parallel.distributed_optimizer == "fsdp":
+        return ("backend=megatron-core shards with Megatron's distributed optimizer (ZeRO-1), not FSDP2; give "
+                "distributed_optimizer=zero1 (CARAML's) or off")
     if compute.compile != "none":
         return ("backend=megatron-core runs Megatron's modules uncompiled, as CARAML does; give compile=none, "
                 "or backend=native to compile")

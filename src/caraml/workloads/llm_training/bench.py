@@ -23,11 +23,12 @@ from caraml.contract import BenchInfo, RunContext
 from caraml.kit.compile import compile_options
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, autocast_dtype, matmul_tf32_allowed, precision_in_use
+from caraml.workloads.llm_training import caraml_log, fp8, parallel, sizes
 from caraml.workloads.llm_training import data as data_mod
-from caraml.workloads.llm_training import fp8, parallel, sizes
 from caraml.workloads.llm_training.config import TrainingConfig
 from caraml.workloads.llm_training.fast_paths import FastPaths
-from caraml.workloads.llm_training.model import GPTConfig, attention_kernels
+from caraml.workloads.llm_training.model import GPTConfig, attention_kernels, rope_cache
+from caraml.workloads.llm_training.optimizer import MainParams, ZeroOneOptimizer
 from caraml.workloads.llm_training.scaler import LossScaler
 
 ADAM_BETAS = (0.9, 0.999)
@@ -51,6 +52,7 @@ class GPTBench:
     """One GPT pre-training iteration per `step()`, on this rank's part of the layout `ctx.dims`."""
 
     def __init__(self, cfg: TrainingConfig, ctx: RunContext):
+        self.started = time.monotonic()  # Megatron's exit-after-minutes counts from here (set-up included)
         self.cfg, self.device, self.dims, self.seed = cfg, ctx.device, ctx.dims, ctx.seed
         self.plan = parallel.ParallelPlan.of(cfg.parallel, ctx.dims)
         self.model_cfg = GPTConfig.of(cfg, ctx.dims.tp)
@@ -69,13 +71,16 @@ class GPTBench:
         self._set_up_records()
         self.sizes = sizes.sizes(cfg.model, ctx.dims.tp)
         self.info = self._info()
+        # convention=caraml-log: CARAML's figures after the steady window, training on until the exit time
+        self.extra_phase = "caraml-log" if cfg.caraml.logs else None
 
     # setup --------------------------------------------------------------------------------------------------
     def _set_up_precision(self) -> None:
-        """Autocast in the half precision (fp32 master weights), the activations' dtype, fp16's loss scaler."""
+        """The activations' dtype, fp16's loss scaler, and autocast in the half precision over fp32 parameters
+        (mixed_precision=autocast) or none (megatron: the parameters themselves are in the half precision)."""
         precision = self.cfg.compute.precision
-        self.compute_dtype = autocast_dtype(precision) or torch.float32  # autocast's half precision, or fp32
-        self.autocast = autocast(precision, self.device)
+        self.compute_dtype = autocast_dtype(precision) or torch.float32  # the half precision, or fp32
+        self.autocast = nullcontext if self.cfg.compute.megatron_precision else autocast(precision, self.device)
         self.scaler = LossScaler() if precision == "fp16" else None
 
     def _compile_scope(self) -> str | None:
@@ -96,11 +101,19 @@ class GPTBench:
         model = parallel.build_stage(self.model_cfg, self.dims, self.plan, self.device, self.seed,
                                      options if self.compile_scope == "block" else None,
                                      self.fast.convert_block if self.fast.any_block_change() else None)
+        if self.cfg.compute.megatron_precision:  # Megatron's Float16Module: parameters in the half precision
+            model.to(self.compute_dtype)
+            if model.rope is not None:
+                model.rope = rope_cache(self.model_cfg, device=self.device)  # rotation angles stay fp32
         self.model = parallel.apply_data_parallel(model, self.dims, self.plan, self.device)
         self.fast.attach_loss(self.model)
         self.tied = parallel.tied_weight(self.model, self.dims)  # after FSDP2, which replaces the parameters
         self.tied_group = parallel.tied_embedding_group(self.dims) if self.distributed else None
         self.params = [q for q in self.model.parameters() if q.requires_grad]
+        # what the optimizer steps: fp32 main copies (megatron) or the parameters themselves
+        self.main = MainParams(self.params) if self.cfg.compute.megatron_precision else None
+        self.update_params = self.main.main if self.main is not None else self.params
+        self.update_tied = self.main.of(self.tied) if self.main is not None else self.tied
         self.forward_loss = (torch.compile(self._forward_loss, **options) if self.compile_scope == "model"
                              else self._forward_loss)
 
@@ -113,6 +126,7 @@ class GPTBench:
         self._measured_from: int | None = None  # index of the first measured step (begin_measure)
         self._updates_at_measure = 0  # optimizer steps taken before the measured window
         self._window_start = None  # the clock reading at begin_measure: the start of the first measured step
+        self._first_start = None  # the clock reading at the start of the first step
 
     def _info(self) -> BenchInfo:
         compute = self.cfg.compute
@@ -123,15 +137,19 @@ class GPTBench:
             precision=precision_in_use(compute.precision, self.device, tf32_allowed=tf32), compiled=compute.compiled,
             mfu_also=fp8.mfu_also(compute.precision))
 
-    def _optimizer(self) -> torch.optim.Optimizer:
+    def _optimizer(self):
         """AdamW; no weight decay on biases and norms (Megatron's rule: parameters of fewer than 2 dimensions);
-        fused kernels on GPUs."""
-        decay = [q for q in self.params if q.ndim >= 2]
-        no_decay = [q for q in self.params if q.ndim < 2]
+        fused kernels on GPUs; with zero1 its state sharded over the data-parallel replicas."""
+        decay = [q for q in self.update_params if q.ndim >= 2]
+        no_decay = [q for q in self.update_params if q.ndim < 2]
         groups = [{"params": decay, "weight_decay": self.cfg.optim.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
         fused = kernel_flags("fused") if self.device.type == "cuda" else {}
-        return torch.optim.AdamW(groups, lr=self.cfg.optim.lr, betas=ADAM_BETAS, eps=ADAM_EPS, **fused)
+
+        def make(groups):
+            return torch.optim.AdamW(groups, lr=self.cfg.optim.lr, betas=ADAM_BETAS, eps=ADAM_EPS, **fused)
+
+        return ZeroOneOptimizer(groups, make, self.dims.group("dp")) if self.plan.zero1 else make(groups)
 
     def _pipeline(self):
         import inspect
@@ -171,6 +189,8 @@ class GPTBench:
 
     # one iteration --------------------------------------------------------------------------------------------
     def step(self) -> None:
+        if not self._ends:
+            self._first_start = self._clock()  # the start of the first iteration: CARAML's first log interval's
         x, y = self.data.next()
         lr = self.lr_at(self.updates)
         for settings in self.optimizer.param_groups:
@@ -185,6 +205,8 @@ class GPTBench:
         if self.plan.dp_mode == "allreduce":
             parallel.all_reduce_gradients(self.params, self.dims.group("dp"))
         parallel.sync_tied_gradient(self.tied, self.tied_group)
+        if self.main is not None:
+            self.main.grads_to_main()
         self.losses.append(self._update(loss))
         self.iteration += 1
         self._mark_end()
@@ -228,12 +250,12 @@ class GPTBench:
     def _update(self, loss: torch.Tensor) -> torch.Tensor:
         """Unscale (fp16), skip on overflow, clip by the global norm, step. Returns the global-batch mean loss:
         it travels in the same all-reduce as the gradient norm, from the last stage's tp rank 0 of each replica."""
-        params = self.params
+        params = self.update_params
         if self.scaler is not None:
             grads = [_local(q.grad) for q in params if q.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, 1.0 / self.scaler.scale)
-        exclude = self.tied if self.dims.last_stage and self.dims.pp_enabled else None
+        exclude = self.update_tied if self.dims.last_stage and self.dims.pp_enabled else None
         square = parallel.grad_square_share(params, self.dims, exclude).to(self.device)
         loss = loss.detach().float().to(self.device)
         if self.distributed:
@@ -256,6 +278,8 @@ class GPTBench:
                 torch._foreach_mul_(grads, coef.to(grads[0].device))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.main is not None:
+            self.main.main_to_model()
         self.updates += 1
         return loss
 
@@ -275,6 +299,42 @@ class GPTBench:
         self._measured_from = len(self._ends)
         self._updates_at_measure = self.updates
         self._window_start = self._clock()
+
+    # convention=caraml-log --------------------------------------------------------------------------------------
+    def run_extra(self, should_stop) -> None:
+        """Train on, as CARAML's Megatron run does, until exit_minutes after the start (the decision agreed over
+        every rank, as Megatron's all-reduce of it) or a stop."""
+        limit = self.cfg.caraml.exit_after_minutes * 60.0
+        while not self._exit_due(limit) and not should_stop():
+            self.step()
+
+    def _exit_due(self, limit: float) -> bool:
+        due = time.monotonic() - self.started >= limit
+        if not self.distributed:
+            return due
+        flag = torch.tensor(1.0 if due else 0.0, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def run_step_times(self) -> list[float]:
+        """Seconds of every iteration of the run from the first one (device time on GPUs): what Megatron's log
+        intervals are made of."""
+        if self._first_start is None:
+            return []
+        marks = [self._first_start, *self._ends]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        return [b - a for a, b in zip(marks, marks[1:])]
+
+    def _caraml_log(self, caraml_flops: float) -> dict:
+        conv, model = self.cfg.caraml, self.cfg.model
+        found = caraml_log.figures(self.run_step_times(), conv.caraml_log_interval, self.global_batch, model.seq_length,
+                                   self.dims.world, caraml_flops, conv.exit_after_minutes)
+        return {"caraml_tokens_per_s": found.pop("tokens_per_s"),
+                "caraml_time_per_iteration_s": found["time_per_iteration_s"],
+                "caraml_tflops_per_device": found["tflops_per_device"],
+                "caraml_iterations": found["iterations"], "caraml_log": found}
 
     # the record -------------------------------------------------------------------------------------------------
     def iteration_times(self) -> list[float]:
@@ -312,7 +372,19 @@ class GPTBench:
         caraml_flops = sizes.caraml_flops_per_iteration(self.global_batch, model.seq_length, model.num_layers,
                                                         model.hidden_size, vocab, self.cfg.compute.recompute != "none",
                                                         model.activation)
+        out = (self._caraml_log(caraml_flops) if self.cfg.caraml.logs else  # convention=steady: none of CARAML's
+               dict.fromkeys(("caraml_tokens_per_s", "caraml_time_per_iteration_s", "caraml_tflops_per_device",
+                              "caraml_iterations", "caraml_log")))
         return {
+            **out,
+            "throughput_convention": "steady-state: tokens of the measured steps / their wall time",
+            "caraml_config": self.cfg.caraml.caraml_config,
+            "model": "GPT",
+            "ipu": None,  # backend=poptorch's layout (ipu.py)
+            "dataset": "OSCAR" if self.cfg.data.source == "oscar" else "synthetic",
+            # CARAML's time_to_report_in_seconds: 20M tokens at its Tokens/second (caraml-log only)
+            "time_to_report_s": (out["caraml_log"] or {}).get("time_to_report_s"),
+            "precision_mechanism": self.cfg.compute.mechanism,
             "time_per_iteration_s": t_iter,
             "dp": dims.dp,
             "global_batch_size": self.global_batch,
@@ -323,7 +395,7 @@ class GPTBench:
             "parameters": self.sizes["parameters"],
             "padded_vocab_size": vocab,
             "loss_scale": self.scaler.state() if self.scaler is not None else None,
-            "parallel_setup": {**self.plan.as_dict(),
+            "parallel_setup": {**self.plan.as_dict(), "distributed_optimizer": self.cfg.parallel.distributed_optimizer,
                                "pipeline_schedule": "1F1B" if self.schedule is not None else None,
                                "micro_batches": self.accumulation},
             "compile_scope": self.compile_scope,

@@ -20,6 +20,11 @@ from typing import Any
 from caraml.params import typed_fields
 from caraml.workloads.llm_training.sizes import padded_vocab
 
+DISTRIBUTED_OPTIMIZERS = ("zero1", "fsdp", "off")
+CARAML_CONFIGS = ("none", "2024", "2025")
+# exit-after-minutes of each CARAML version (its --exit-duration-in-mins)
+CARAML_EXIT_MINUTES = {"2024": 30.0, "2025": 60.0, "none": 60.0}
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -88,14 +93,22 @@ class ParallelConfig:
     """norms and residuals on sequence shards (takes effect with tp > 1)"""
     loss_parallel: bool
     """cross-entropy on vocabulary-sharded logits (takes effect with tp > 1)"""
-    distributed_optimizer: bool
-    """FSDP2 over the data-parallel replicas; off: DDP (or a plain all-reduce where DDP cannot take DTensors)"""
+    distributed_optimizer: str
+    """zero1 (optimizer state sharded over the data-parallel replicas, Megatron's), fsdp (FSDP2: parameters,
+    gradients and optimizer state sharded) or off; zero1 and off reduce gradients by DDP (or a plain all-reduce
+    where DDP cannot take DTensors)"""
 
 
 @dataclass(frozen=True)
 class ComputeConfig:
     precision: str
-    """fp32, fp16 (autocast, dynamic loss scale) or bf16 (autocast); fp32 master weights"""
+    """fp32, fp16 (dynamic loss scale) or bf16"""
+    mixed_precision: str
+    """megatron (half-precision parameters, fp32 main copies in the optimizer) or autocast (fp32 parameters)"""
+    attention_dropout: float
+    """dropout probability on the attention probabilities"""
+    hidden_dropout: float
+    """dropout probability on the embeddings and on each block's attention and MLP outputs"""
     compile: str
     """none, or inductor (torch.compile)"""
     compile_scope: str
@@ -116,6 +129,23 @@ class ComputeConfig:
     @property
     def compiled(self) -> bool:
         return self.compile != "none"
+
+    @property
+    def megatron_precision(self) -> bool:
+        """Half-precision parameters with fp32 main copies (mixed_precision=megatron with fp16 or bf16; fp8 keeps
+        torchao's fp32 weights, cast per product, under bf16 autocast)."""
+        return self.mixed_precision == "megatron" and self.precision in ("fp16", "bf16")
+
+    @property
+    def mechanism(self) -> str:
+        """How the precision is used, for the record."""
+        if self.precision == "fp32":
+            return "fp32 parameters and compute"
+        if self.megatron_precision:
+            return (f"megatron: {self.precision} parameters and compute, fp32 main copies in the optimizer"
+                    + (", dynamic loss scale" if self.precision == "fp16" else ""))
+        return (f"autocast: fp32 parameters, {self.precision} autocast"
+                + (", dynamic loss scale" if self.precision == "fp16" else ""))
 
 
 @dataclass(frozen=True)
@@ -156,10 +186,50 @@ class DataConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     backend: str
-    """native (this package's model and loop) or megatron-core (Megatron's GPTModel, optimizer and schedules)"""
+    """native (this package's model and loop), megatron-core (Megatron's GPTModel, optimizer and schedules) or
+    poptorch (Graphcore IPUs)"""
     megatron_spec: str
     """backend=megatron-core: te (Transformer Engine's layers), local (megatron-core's own), auto (te where
     transformer_engine imports)"""
+
+    @property
+    def poptorch(self) -> bool:
+        return self.backend == "poptorch"
+
+
+@dataclass(frozen=True)
+class IpuConfig:
+    replicas: int
+    """poptorch: model replicas"""
+    ipus_per_replica: int
+    """poptorch: IPUs of one replica"""
+    layers_per_ipu: str
+    """poptorch: blocks on each IPU of a replica, e.g. 0 4 4 4 (CARAML's)"""
+    device_iterations: int
+    """poptorch: optimizer steps per host call"""
+    lr_warmup_fraction: float
+    """poptorch: warm-up over this fraction of the updates"""
+
+
+@dataclass(frozen=True)
+class CaramlConvention:
+    caraml_config: str
+    """the CARAML configuration this point reproduces, by CARAML's version: 2024, 2025 or none"""
+    convention: str
+    """steady (ours only) or caraml-log (also CARAML's figure over every log interval of the whole run)"""
+    caraml_log_interval: int
+    """caraml-log: iterations per logged interval"""
+    exit_minutes: float
+    """caraml-log: minutes of training before it stops; 0: CARAML's of caraml_config"""
+
+    @property
+    def logs(self) -> bool:
+        return self.convention == "caraml-log"
+
+    @property
+    def exit_after_minutes(self) -> float:
+        """The minutes in use: as given, or CARAML's of its configuration."""
+        return self.exit_minutes or CARAML_EXIT_MINUTES[self.caraml_config]
 
 
 @dataclass(frozen=True)
@@ -173,6 +243,8 @@ class TrainingConfig:
     optim: OptimizerConfig
     data: DataConfig
     engine: EngineConfig
+    caraml: CaramlConvention
+    ipu: IpuConfig
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> "TrainingConfig":
@@ -181,4 +253,5 @@ class TrainingConfig:
                    parallel=typed_fields(ParallelConfig, values), compute=typed_fields(ComputeConfig, values),
                    optim=typed_fields(OptimizerConfig, values),
                    data=DataConfig(source=values["data"], path=values["data_path"]),
-                   engine=typed_fields(EngineConfig, values))
+                   engine=typed_fields(EngineConfig, values), caraml=typed_fields(CaramlConvention, values),
+                   ipu=typed_fields(IpuConfig, values))

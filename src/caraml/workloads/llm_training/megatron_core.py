@@ -4,7 +4,7 @@ Megatron-LM's training step, built from megatron-core's parts as Megatron-LM's `
 `parallel_state` from our `ParallelDims` (the same rank order: tp innermost, then dp, then pp), `GPTModel`
 with Transformer Engine's layer spec or megatron-core's local one, `Float16Module` for fp16/bf16 (parameters in
 half precision, fp32 main copies in the optimizer), Megatron's `DistributedDataParallel` and optimizer
-(`distributed_optimizer=on`: its distributed optimizer, optimizer state sharded over the replicas), its
+(`distributed_optimizer=zero1`: its distributed optimizer, optimizer state sharded over the replicas), its
 dynamic loss scaler with CARAML's settings, its learning-rate scheduler, and its forward-backward schedule
 (1F1B when pp > 1). The batches come from the same data reader as the native backend, and the weights start
 from the same numbers: every part is initialised by model.py's `init_weights` and copied into Megatron's layout
@@ -158,7 +158,7 @@ class MegatronBench(GPTBench):
         self.accumulation, self.micro = cfg.batch.grad_accumulation, cfg.batch.micro_batch_size
         self.distributed = ctx.dims.world > 1
         self.compile_scope, self.scaler = None, None  # Megatron's optimizer holds the fp16 loss scaler
-        distributed_optimizer = cfg.parallel.distributed_optimizer
+        distributed_optimizer = cfg.parallel.distributed_optimizer == "zero1"
         self.plan = ParallelPlan(sequence_parallel=cfg.parallel.sequence_parallel and ctx.dims.tp > 1,
                                  loss_parallel=ctx.dims.tp > 1,
                                  dp_mode="megatron-distributed-optimizer" if distributed_optimizer else "megatron-ddp")
@@ -203,7 +203,7 @@ class MegatronBench(GPTBench):
         model_parallel_cuda_manual_seed(self.seed)
 
     def _transformer_config(self):
-        """Megatron's TransformerConfig of our model and settings: no dropout (the native model has none), fp32
+        """Megatron's TransformerConfig of our model and settings: the native model's dropout, fp32
         softmax, Megatron-LM's fusions where their kernels exist (the jit-scripted bias-GELU/SwiGLU and
         bias-dropout-add always; softmax, rope and weight-gradient fusions with Transformer Engine)."""
         from megatron.core.transformer.transformer_config import TransformerConfig
@@ -217,7 +217,7 @@ class MegatronBench(GPTBench):
         return TransformerConfig(
             num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
             ffn_hidden_size=m.ffn_hidden_size, init_method_std=m.init_std, layernorm_epsilon=m.norm_eps,
-            attention_dropout=0.0, hidden_dropout=0.0,
+            attention_dropout=self.cfg.compute.attention_dropout, hidden_dropout=self.cfg.compute.hidden_dropout,
             gated_linear_unit=m.activation == "swiglu", activation_func=F.silu if m.activation == "swiglu" else F.gelu,
             tensor_model_parallel_size=self.dims.tp, pipeline_model_parallel_size=self.dims.pp,
             sequence_parallel=self.cfg.parallel.sequence_parallel and self.dims.tp > 1,
@@ -249,8 +249,9 @@ class MegatronBench(GPTBench):
         load_native_init(model, m, self.seed, layout, self.device)
         if self.config.fp16 or self.config.bf16:
             model = Float16Module(self.config, model)
+        zero1 = self.cfg.parallel.distributed_optimizer == "zero1"
         ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=self.config.bf16,  # Megatron-LM's rule for bf16
-                                            use_distributed_optimizer=self.cfg.parallel.distributed_optimizer,
+                                            use_distributed_optimizer=zero1,
                                             overlap_grad_reduce=False, check_for_nan_in_grad=False)
         return DistributedDataParallel(self.config, ddp, model)
 
@@ -266,7 +267,7 @@ class MegatronBench(GPTBench):
             optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=ADAM_BETAS[0],
             adam_beta2=ADAM_BETAS[1], adam_eps=ADAM_EPS, clip_grad=o.clip_grad, fp16=self.config.fp16,
             bf16=self.config.bf16, params_dtype=self.config.params_dtype,
-            use_distributed_optimizer=self.cfg.parallel.distributed_optimizer,
+            use_distributed_optimizer=self.cfg.parallel.distributed_optimizer == "zero1",
             initial_loss_scale=scaler.scale, loss_scale_window=scaler.window, hysteresis=scaler.hysteresis,
             min_loss_scale=scaler.min_scale)
         optimizer = get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)

@@ -41,6 +41,8 @@ class GPTConfig:
     activation: str = "gelu"  # gelu | swiglu
     init_std: float = 0.0048
     recompute: str = "none"  # none | selective (attention core) | full (each block)
+    attention_dropout: float = 0.0  # on the attention probabilities (SDPA's dropout_p: the fused kernels stay)
+    hidden_dropout: float = 0.0  # on the embeddings and each block's attention and MLP outputs (Megatron's)
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
 
@@ -55,7 +57,8 @@ class GPTConfig:
         return cls(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_attention_heads,
                    ffn_hidden_size=m.ffn, seq_length=m.seq_length, max_positions=m.max_position_embeddings,
                    vocab_size=m.padded_vocab(tp), position=m.position, activation=m.activation,
-                   init_std=m.init_std, recompute=cfg.compute.recompute)
+                   init_std=m.init_std, recompute=cfg.compute.recompute,
+                   attention_dropout=cfg.compute.attention_dropout, hidden_dropout=cfg.compute.hidden_dropout)
 
 
 # rotary positions ---------------------------------------------------------------------------------------------
@@ -97,8 +100,8 @@ def attention_kernels(choice: str):
         return sdpa_kernel([first, SDPBackend.MATH])
 
 
-def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
 
 
 class Attention(nn.Module):
@@ -109,6 +112,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(h, 3 * h)  # output rows head by head: [q_0 k_0 v_0 q_1 k_1 v_1 ...]
         self.wo = nn.Linear(h, h)
         self.recompute_core = cfg.recompute == "selective"
+        self.dropout = cfg.attention_dropout
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         batch, seq = x.shape[0], x.shape[1]  # the full sequence, also under sequence parallelism
@@ -117,10 +121,11 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))
         if rope is not None:
             q, k = apply_rope(q, rope), apply_rope(k, rope)
-        if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(core_attention, q, k, v, use_reentrant=False)
+        dropout = self.dropout if self.training else 0.0
+        if self.recompute_core and torch.is_grad_enabled():  # the recompute replays the RNG: the same mask
+            y = checkpoint(core_attention, q, k, v, dropout, use_reentrant=False)
         else:
-            y = core_attention(q, k, v)
+            y = core_attention(q, k, v, dropout)
         return self.wo(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -147,6 +152,7 @@ class Block(nn.Module):
         self.mlp_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
         self.recompute_block = cfg.recompute == "full"
+        self.dropout = cfg.hidden_dropout
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         if self.recompute_block and torch.is_grad_enabled():
@@ -154,8 +160,9 @@ class Block(nn.Module):
         return self._forward(x, rope)
 
     def _forward(self, x, rope):
-        x = x + self.attn(self.attn_norm(x), rope)
-        return x + self.mlp(self.mlp_norm(x))
+        p = self.dropout if self.training else 0.0
+        x = x + F.dropout(self.attn(self.attn_norm(x), rope), p)
+        return x + F.dropout(self.mlp(self.mlp_norm(x)), p)
 
 
 class Embedding(nn.Module):
@@ -163,12 +170,13 @@ class Embedding(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.pos = nn.Embedding(cfg.max_positions, cfg.hidden_size) if cfg.position == "learned" else None
+        self.dropout = cfg.hidden_dropout
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.tok(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
-        return x
+        return F.dropout(x, self.dropout if self.training else 0.0)
 
 
 class GPT(nn.Module):

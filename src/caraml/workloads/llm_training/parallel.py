@@ -109,24 +109,26 @@ class ParallelPlan:
     sequence_parallel: bool = False  # norms and residuals on sequence shards (tp > 1 only)
     loss_parallel: bool = False  # cross-entropy on vocabulary-sharded logits (tp > 1 only)
     dp_mode: str = "none"  # none | fsdp2 | ddp | allreduce
+    zero1: bool = False  # optimizer state sharded over the data-parallel replicas (Megatron's distributed optimizer)
 
     @classmethod
     def of(cls, par: ParallelConfig, dims: ParallelDims) -> "ParallelPlan":
         """The options asked for (`par`) as they apply on `dims`: the tp options only with tp > 1; data
-        parallelism by FSDP2 (the distributed optimizer), else DDP, else a plain all-reduce where DDP cannot take
-        tensor-parallel (DTensor) parameters."""
+        parallelism by FSDP2 (distributed_optimizer=fsdp), else DDP, else a plain all-reduce where DDP cannot take
+        tensor-parallel (DTensor) parameters; zero1 shards the optimizer state on top of DDP or the all-reduce."""
         if not dims.dp_enabled:
             mode = "none"
-        elif par.distributed_optimizer:
+        elif par.distributed_optimizer == "fsdp":
             mode = "fsdp2"
         else:
             mode = "allreduce" if dims.tp_enabled else "ddp"
         return cls(sequence_parallel=par.sequence_parallel and dims.tp_enabled,
-                   loss_parallel=par.loss_parallel and dims.tp_enabled, dp_mode=mode)
+                   loss_parallel=par.loss_parallel and dims.tp_enabled, dp_mode=mode,
+                   zero1=par.distributed_optimizer == "zero1" and dims.dp_enabled)
 
     def as_dict(self) -> dict[str, Any]:
         return {"dp_mode": self.dp_mode, "sequence_parallel": self.sequence_parallel,
-                "loss_parallel": self.loss_parallel}
+                "loss_parallel": self.loss_parallel, "optimizer_state_sharded": self.zero1}
 
 
 # the stage ----------------------------------------------------------------------------------------------------

@@ -23,9 +23,10 @@ FLOPS_CONVENTION = (
 )
 
 CARAML_TFLOPS_FORMULA = (
-    "CARAML's Megatron patch (add_tflops_logging.patch): c*f*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h)) / (t_iter * devices "
-    "* 1e12), c = 24 (32 with SwiGLU), f = 4 with recompute (selective or full) else 3, B global batch, V padded "
-    "vocabulary, t_iter median iteration time; it assumes an MLP of 4h"
+    "CARAML's Megatron patch (newest, aux/nvidia_megatron_energy_llm_fix.patch): c*f*B*s*L*h^2*(1 + s/(6h) + "
+    "V/(16*(f/4)*L*h)) / (t_iter * devices * 1e12), c = 24 (32 with SwiGLU), f = 4 with recompute (selective or "
+    "full) else 3, B global batch, V padded vocabulary, t_iter median iteration time; it assumes an MLP of 4h "
+    "(the 2024 patch's vocabulary term V/(16*L*h) is the same for f = 4, which CARAML always uses)"
 )
 
 
@@ -63,7 +64,7 @@ def caraml_flops_per_iteration(global_batch: int, seq: int, layers: int, hidden:
     f = 4 if recompute else 3
     c = 32 if activation == "swiglu" else 24
     return float(c) * f * global_batch * seq * layers * hidden ** 2 * (
-        1 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
+        1 + seq / (6.0 * hidden) + vocab / (16.0 * (f / 4) * layers * hidden))
 
 
 def sizes(model: "ModelShape", tp: int) -> dict[str, Any]:
