@@ -17,9 +17,15 @@ from caraml.results.record import config_id
 from caraml.runner import RunSpec, resolve
 
 
+# The 800M preset as it was before it took CARAML's dropout, Megatron's mixed precision and ZeRO-1 (issue 18)
+BEFORE_CARAML_SETTINGS = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,
+                          "distributed_optimizer": "fsdp", "caraml_config": "none"}
+
+
 def test_the_new_parameters_at_their_defaults_keep_the_ids_of_stored_runs():
     for preset, before in (("800M", "e34ec07c464a8cd5"), ("smoke", "d43c4527748cd650")):  # by commit 207c79c
-        values = resolve(RunSpec("llm_training", preset=preset)).values
+        given = BEFORE_CARAML_SETTINGS if preset == "800M" else {}
+        values = resolve(RunSpec("llm_training", given, preset=preset)).values
         assert values["backend"] == "native" and values["megatron_spec"] == "auto"
         assert config_id("llm_training", values, "H200", 1, 1) == before
     megatron = resolve(RunSpec("llm_training", {"backend": "megatron-core"}, preset="800M")).values

@@ -3,7 +3,9 @@
 `native` is this package's model and loop (model.py, parallel.py, bench.py). `megatron-core` is CARAML's own
 engine, NVIDIA's megatron-core (`pip install 'caraml[megatron]'`): its GPTModel with Transformer Engine's
 layers (`megatron_spec=te`) or its own (`local`), its distributed optimizer, loss scaler and pipeline
-schedules, fed by the same data reader and timed by the same harness (megatron_core.py). `poptorch` is
+schedules, fed by the same data reader and timed by the same harness (megatron_core.py); there
+`distributed_optimizer=zero1` or `fsdp` is Megatron's distributed optimizer (it has no FSDP2; the record's
+`parallel_setup.dp_mode` says which ran) and `off` its DDP. `poptorch` is
 Graphcore's IPUs as CARAML's GC200 runs (ipu.py).
 """
 
@@ -25,9 +27,6 @@ def option_problem(cfg) -> str | None:
         if engine.megatron_spec != "auto":
             return f"megatron_spec={engine.megatron_spec} applies to backend=megatron-core only"
         return None
-    if cfg.parallel.distributed_optimizer == "fsdp":
-        return ("backend=megatron-core shards with Megatron's distributed optimizer (ZeRO-1), not FSDP2; give "
-                "distributed_optimizer=zero1 (CARAML's) or off")
     if compute.compile != "none":
         return ("backend=megatron-core runs Megatron's modules uncompiled, as CARAML does; give compile=none, "
                 "or backend=native to compile")

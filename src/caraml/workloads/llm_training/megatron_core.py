@@ -158,7 +158,7 @@ class MegatronBench(GPTBench):
         self.accumulation, self.micro = cfg.batch.grad_accumulation, cfg.batch.micro_batch_size
         self.distributed = ctx.dims.world > 1
         self.compile_scope, self.scaler = None, None  # Megatron's optimizer holds the fp16 loss scaler
-        distributed_optimizer = cfg.parallel.distributed_optimizer == "zero1"
+        distributed_optimizer = cfg.parallel.distributed_optimizer != "off"  # Megatron's own for zero1 and fsdp
         self.plan = ParallelPlan(sequence_parallel=cfg.parallel.sequence_parallel and ctx.dims.tp > 1,
                                  loss_parallel=ctx.dims.tp > 1,
                                  dp_mode="megatron-distributed-optimizer" if distributed_optimizer else "megatron-ddp")
@@ -249,7 +249,7 @@ class MegatronBench(GPTBench):
         load_native_init(model, m, self.seed, layout, self.device)
         if self.config.fp16 or self.config.bf16:
             model = Float16Module(self.config, model)
-        zero1 = self.cfg.parallel.distributed_optimizer == "zero1"
+        zero1 = self.cfg.parallel.distributed_optimizer != "off"  # Megatron's distributed optimizer: ZeRO-1
         ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=self.config.bf16,  # Megatron-LM's rule for bf16
                                             use_distributed_optimizer=zero1,
                                             overlap_grad_reduce=False, check_for_nan_in_grad=False)
@@ -267,7 +267,7 @@ class MegatronBench(GPTBench):
             optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=ADAM_BETAS[0],
             adam_beta2=ADAM_BETAS[1], adam_eps=ADAM_EPS, clip_grad=o.clip_grad, fp16=self.config.fp16,
             bf16=self.config.bf16, params_dtype=self.config.params_dtype,
-            use_distributed_optimizer=self.cfg.parallel.distributed_optimizer == "zero1",
+            use_distributed_optimizer=self.cfg.parallel.distributed_optimizer != "off",
             initial_loss_scale=scaler.scale, loss_scale_window=scaler.window, hysteresis=scaler.hysteresis,
             min_loss_scale=scaler.min_scale)
         optimizer = get_megatron_optimizer(config, [self.model], use_gloo_process_groups=False)
