@@ -64,9 +64,14 @@ def _p(problem, **kw) -> dict:
             **kw}
 
 
+# The caraml points measure the plain loop's work: batches made on the device (data=synthetic), not the presets'
+# CARAML data path (data=auto: host DataLoaders, every batch copied host -> device), which the data_* points measure.
+SAME_DATA = "data=synthetic"
+
+
 def _c(problem, *params) -> dict:
-    """A point run by `caraml run fno` with these extra parameters."""
-    return {"problem": problem, "caraml": list(params)}
+    """A point run by `caraml run fno` with these extra parameters, on the plain loop's data."""
+    return {"problem": problem, "caraml": [SAME_DATA, *params]}
 
 
 # In order of importance: the time budget cuts from the end.
@@ -350,7 +355,8 @@ def profile_point(spec: dict) -> dict:
     for name, vspec in [*variants.items(), ("caraml_bench_step", None)]:
         if vspec is None:
             preset = f"smoke-{problem}" if RUN["smoke"] else problem
-            bench = build_bench(RunSpec("fno", {"epochs": 0}, preset=preset), device=RUN["device"])
+            bench = build_bench(RunSpec("fno", {"epochs": 0, "data": "synthetic"}, preset=preset),
+                                device=RUN["device"])
             sync = bench._sync
             run, batch = (lambda i, bench=bench: bench.step()), bench.data.batch
         else:
