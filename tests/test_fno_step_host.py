@@ -3,7 +3,7 @@ bool(tensor), nonzero, synchronize): on a GPU each such read waits for the step'
 while the host prepares the next step. Counted here on the CPU by wrapping those torch entry points and noting
 calls made from caraml's own code (PyTorch's Adam reads its CPU step counter on every device, in the plain loop
 too). And the bench script's caraml points run on the plain loop's data (made on the device), so that caraml/plain
-compares the same work.
+compares the same work; and its in-process check of PIC2D's matrix backend against torchkbnufft.
 """
 
 from __future__ import annotations
@@ -91,3 +91,15 @@ def test_bench_script_compares_caraml_and_plain_on_the_same_data():
     assert caraml_points
     for name, spec in caraml_points.items():
         assert "data=synthetic" in spec["caraml"], name
+
+
+def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
+    fb = _fno_bench_module()
+    monkeypatch.setitem(fb.RUN, "device", "cpu")
+    monkeypatch.setitem(fb.RUN, "smoke", True)
+    monkeypatch.setitem(fb.STEPS, "PIC2D", (1, 2))
+    row = fb.nufft_check(fb.POINTS["PIC2D_nufft_check"])
+    assert row["equal_within_1e-4"] and row["output_rel_diff"] < 1e-4, row
+    assert set(row["backends"]) == {"torchkbnufft", "matrix"} and row["matrix_speedup"] > 0
+    summary = fb.summary({"PIC2D_nufft_check": {**row, "name": "PIC2D_nufft_check"}})
+    assert summary["goals"]["pic2d_matrix_equal_within_1e-4"] is True
