@@ -1,7 +1,7 @@
 """FNO training benchmark on one GPU: a plain loop (this process) against `caraml run fno` (subprocesses).
 
-    PYTHONPATH=src python3 bench/fno_bench.py --out DIR [--only NAME,... | --group issue19] [--budget SECONDS]
-                                             [--smoke]
+    PYTHONPATH=src python3 bench/fno_bench.py --out DIR [--only NAME,... | --group issue19|issue19-recheck]
+                                             [--budget SECONDS] [--smoke]
 
 RBC2D and RBC3D at CARAML's settings (widths 16/25, modes 12x12 / 12x12x6, 2 layers, batch 20,
 256x64 / 64x64x32 grids, Adam, relative L2 loss), synthetic data on the GPU (two batches alternated).
@@ -22,7 +22,11 @@ convolutions, CARAML's Conv1d), of neuraloperator's FNO (an independent
 FNO with complex weights and 1x1 convolutions) and of the benchmark's own step() built in this process
 without the harness (`caraml run`'s step time, with the harness, is in the caraml rows); PIC1D and PIC2D
 through `caraml run` with CARAML's operators, eager and compiled (PIC2D: torchkbnufft and the matrix backend).
-`--group issue19` runs those (about 7 minutes on an H200).
+`--group issue19` runs those (about 7 minutes on an H200). The caraml points run on the plain loop's data
+(data=synthetic: made on the device), not the presets' CARAML data path (data=auto: host DataLoaders), which the
+data_* points measure. `PIC2D_nufft_check` runs CARAML's PIC2D operator with nufft_backend=matrix and torchkbnufft
+in this process (the same weights and batch): their outputs' and gradients' relative difference and each one's
+step time. `--group issue19-recheck`: RBC2D caraml against plain, the profile, PIC2D's two backends, PIC1D.
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention
@@ -64,9 +68,14 @@ def _p(problem, **kw) -> dict:
             **kw}
 
 
+# The caraml points measure the plain loop's work: batches made on the device (data=synthetic), not the presets'
+# CARAML data path (data=auto: host DataLoaders, every batch copied host -> device), which the data_* points measure.
+SAME_DATA = "data=synthetic"
+
+
 def _c(problem, *params) -> dict:
-    """A point run by `caraml run fno` with these extra parameters."""
-    return {"problem": problem, "caraml": list(params)}
+    """A point run by `caraml run fno` with these extra parameters, on the plain loop's data."""
+    return {"problem": problem, "caraml": [SAME_DATA, *params]}
 
 
 # In order of importance: the time budget cuts from the end.
@@ -114,13 +123,22 @@ POINTS = {
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
     "PIC2D_caraml_matrix_compiled": _c("PIC2D", "nufft_backend=matrix", "compile=inductor"),
     "PIC2D_caraml_grid2d_compiled": _c("PIC2D", "pic2d_operator=grid2d", "compile=inductor"),
+    # issue 23: nufft_backend=matrix against torchkbnufft in this process, the same weights and batch
+    "PIC2D_nufft_check": {"problem": "PIC2D", "nufft_check": True},
 }
-GROUPS = {"issue19": [  # in order of importance: the time budget cuts from the end
-    "RBC2D_profile_eager", "RBC2D_plain_eager", "RBC2D_caraml_eager", "RBC2D_neuralop_eager", "RBC2D_plain_compiled",
-    "RBC2D_caraml_compiled", "RBC2D_neuralop_compiled", "PIC2D_caraml_eager", "PIC2D_caraml_compiled",
-    "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "RBC3D_plain_eager", "RBC3D_neuralop_eager", "RBC3D_caraml_eager",
-    "RBC3D_plain_compiled", "RBC3D_neuralop_compiled", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_matrix_compiled",
-    "RBC3D_caraml_compiled", "PIC2D_caraml_grid2d_compiled"]}
+GROUPS = {  # in order of importance: the time budget cuts from the end
+    "issue19": [
+        "RBC2D_profile_eager", "RBC2D_plain_eager", "RBC2D_caraml_eager", "RBC2D_neuralop_eager",
+        "RBC2D_plain_compiled", "RBC2D_caraml_compiled", "RBC2D_neuralop_compiled", "PIC2D_caraml_matrix_eager",
+        "PIC2D_caraml_eager", "PIC2D_caraml_matrix_compiled", "PIC1D_caraml_eager", "PIC1D_caraml_compiled",
+        "RBC3D_plain_eager", "RBC3D_neuralop_eager", "RBC3D_caraml_eager", "RBC3D_plain_compiled",
+        "RBC3D_neuralop_compiled", "RBC3D_caraml_compiled", "PIC2D_caraml_compiled", "PIC2D_caraml_grid2d_compiled"],
+    # the re-measurement after caraml's points moved to the plain loop's data and PIC2D's matrix backend came
+    # first: caraml/plain on RBC2D, the profile, PIC2D torchkbnufft against matrix, PIC1D (about 6 minutes)
+    "issue19-recheck": [
+        "RBC2D_plain_eager", "RBC2D_caraml_eager", "RBC2D_plain_compiled", "RBC2D_caraml_compiled",
+        "RBC2D_profile_eager", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_eager", "PIC2D_caraml_matrix_compiled",
+        "PIC2D_nufft_check", "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "PIC2D_caraml_compiled"]}
 
 
 # CARAML's data path (data=file through its DataLoaders) beside data on the device: `--only data` runs these
@@ -350,7 +368,8 @@ def profile_point(spec: dict) -> dict:
     for name, vspec in [*variants.items(), ("caraml_bench_step", None)]:
         if vspec is None:
             preset = f"smoke-{problem}" if RUN["smoke"] else problem
-            bench = build_bench(RunSpec("fno", {"epochs": 0}, preset=preset), device=RUN["device"])
+            bench = build_bench(RunSpec("fno", {"epochs": 0, "data": "synthetic"}, preset=preset),
+                                device=RUN["device"])
             sync = bench._sync
             run, batch = (lambda i, bench=bench: bench.step()), bench.data.batch
         else:
@@ -360,6 +379,63 @@ def profile_point(spec: dict) -> dict:
         out["variants"][name] = row
         if vspec is None:
             bench.close()
+    return out
+
+
+# PIC2D: the matrix backend against torchkbnufft ---------------------------------------------------------
+NUFFT_CHECK_SMOKE = {"width": 8, "modes": (4, 4), "particles": 512, "batch": 2}
+
+
+def nufft_check(spec: dict) -> dict:
+    """CARAML's PIC2D operator with nufft_backend=matrix and with torchkbnufft, the same initial weights and batch,
+    eager on the device: the largest relative difference of the outputs and of the gradients (issue 23: within
+    1e-4), and each backend's training step time (forward, loss, backward, Adam)."""
+    import torch
+
+    from caraml.workloads.fno.bench import loss_fn
+    from caraml.workloads.fno.model import build_model
+    from caraml.workloads.fno.problems import PROBLEMS
+
+    pb = PROBLEMS[spec["problem"]]
+    size = NUFFT_CHECK_SMOKE if RUN["smoke"] else {"width": pb.width, "modes": pb.modes, "particles": pb.particles,
+                                                   "batch": pb.batch_size}
+    device = torch.device(RUN["device"])
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    p = size["particles"]
+    x = torch.randn(size["batch"], pb.in_channels, p, device=device)
+    x[:, :pb.position_channels] = 2 * torch.pi * torch.rand(size["batch"], pb.position_channels, p, device=device)
+    y = torch.randn(size["batch"], pb.out_channels, p, device=device)
+    loss_of = loss_fn(pb.loss)
+    warmup, steps = STEPS[pb.name]
+    out, results = {"status": "ok", "backends": {}}, {}
+    for backend in ("torchkbnufft", "matrix"):
+        torch.manual_seed(0)
+        model = build_model(pb, size["width"], size["modes"], pb.layers, particles=p,
+                            nufft_backend=backend).to(device)
+        pred = model(x)
+        loss_of(pred, y).backward()
+        results[backend] = (pred.detach(), [q.grad.detach().clone() for q in model.parameters()])
+        optimizer = torch.optim.Adam(model.parameters(), lr=pb.lr)
+
+        def run(i, model=model, optimizer=optimizer):
+            loss_of(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        out["backends"][backend] = _timed(run, sync, size["batch"], warmup, steps)
+        del model, optimizer
+
+    def rel(a, b):
+        return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+    (pk, gk), (pm, gm) = results["torchkbnufft"], results["matrix"]
+    out["output_rel_diff"] = rel(pm, pk)
+    out["grad_rel_diff_max"] = max(rel(a, b) for a, b in zip(gm, gk))
+    out["equal_within_1e-4"] = out["output_rel_diff"] < 1e-4 and out["grad_rel_diff_max"] < 1e-4
+    kb, mx = (out["backends"][b]["samples_per_s"] for b in ("torchkbnufft", "matrix"))
+    out["matrix_speedup"] = mx / kb
+    out["samples_per_s"], out["step_ms"] = mx, out["backends"]["matrix"]["step_ms"]
     return out
 
 
@@ -407,7 +483,7 @@ def summary(by: dict) -> dict:
     out = {"speedup_vs_eager": {}, "caraml_over_plain": {}, "goals": {}, "data_paths": data_summary(by)}
     for name, _row in by.items():
         spec = POINTS[name]
-        if name in DATA_POINTS:
+        if name in DATA_POINTS or spec.get("nufft_check"):
             continue
         if "caraml" in spec:
             twin = name.replace("_caraml_", "_plain_").replace("_power_off", "").replace("_epochs", "_compiled")
@@ -430,6 +506,15 @@ def summary(by: dict) -> dict:
     out["goals"]["rbc2d_best_compiled_fp32_speedup"] = best
     ratios = [v for k, v in out["caraml_over_plain"].items() if "power_off" not in k]
     out["goals"]["caraml_at_least_0.98_plain"] = min(ratios) >= 0.98 if ratios else None
+    # issue 23: PIC2D's matrix backend over torchkbnufft (>= 2x, equal within 1e-4)
+    for scope in ("eager", "compiled"):
+        kb, mx = rate(f"PIC2D_caraml_{scope}"), rate(f"PIC2D_caraml_matrix_{scope}")
+        if kb and mx:
+            out.setdefault("pic2d_matrix_over_torchkbnufft", {})[scope] = mx / kb
+    check = by.get("PIC2D_nufft_check") or {}
+    if check.get("status") == "ok":
+        out["goals"]["pic2d_matrix_equal_within_1e-4"] = check["equal_within_1e-4"]
+        out["goals"]["pic2d_matrix_at_least_2x_in_process"] = check["matrix_speedup"] >= 2
     return out
 
 
@@ -497,7 +582,8 @@ def main() -> None:
         try:
             row = (data_point(spec, out, timeout=left) if name in DATA_POINTS else
                    caraml(spec, out / "results", timeout=left) if "caraml" in spec else
-                   profile_point(spec) if spec.get("profile") else plain(spec))
+                   profile_point(spec) if spec.get("profile") else
+                   nufft_check(spec) if spec.get("nufft_check") else plain(spec))
         except OutOfTime:
             row = {"status": "timeout", "error": f"stopped at the time budget after {time.monotonic() - t0:.0f} s"}
             torch._dynamo.reset()
@@ -528,6 +614,15 @@ def main() -> None:
             print(f"    {vname:<20} {f(v.get('samples_per_s'), '10.1f')} samples/s {f(v.get('step_ms'), '8.3f')} "
                   f"ms/step {f(prof['per_step'], '8.1f')} {prof['what']}/step, GPU "
                   f"{f(prof['gpu_ms_per_step'], '.3f')} ms/step")
+        if r.get("backends"):  # the PIC2D backend check
+            for bname, b in r["backends"].items():
+                print(f"    {bname:<20} {f(b.get('samples_per_s'), '10.1f')} samples/s {f(b.get('step_ms'), '8.3f')} "
+                      "ms/step")
+            print(f"    matrix/torchkbnufft {f(r.get('matrix_speedup'), '.2f')}x, relative difference: outputs "
+                  f"{f(r.get('output_rel_diff'), '.1e')}, gradients (max) {f(r.get('grad_rel_diff_max'), '.1e')}")
+    if summ.get("pic2d_matrix_over_torchkbnufft"):
+        print("PIC2D matrix / torchkbnufft (caraml run):", json.dumps(
+            {k: round(v, 3) for k, v in summ["pic2d_matrix_over_torchkbnufft"].items()}))
     if summ.get("ours_over_neuralop"):
         print("ours / neuraloperator (samples/s):", json.dumps({k: round(v, 3) for k, v in
                                                                summ["ours_over_neuralop"].items()}))

@@ -1,0 +1,105 @@
+"""fno: the benchmark's step() reads nothing back from the device (no .item(), float(loss), .cpu(), .tolist(),
+bool(tensor), nonzero, synchronize): on a GPU each such read waits for the step's kernels and leaves the device idle
+while the host prepares the next step. Counted here on the CPU by wrapping those torch entry points and noting
+calls made from caraml's own code (PyTorch's Adam reads its CPU step counter on every device, in the plain loop
+too). And the bench script's caraml points run on the plain loop's data (made on the device), so that caraml/plain
+compares the same work; and its in-process check of PIC2D's matrix backend against torchkbnufft.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+CARAML_SRC = str(ROOT / "src" / "caraml")
+HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__", "__int__", "__index__")
+
+
+@contextmanager
+def host_reads(roots: tuple[str, ...] = (CARAML_SRC,)):
+    """The device -> host reads made while inside, by code under `roots`: a list of 'name at file:line'."""
+    seen: list[str] = []
+    saved = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+    saved_sync = torch.cuda.synchronize
+
+    def counted(name, original):
+        def read(*args, **kwargs):
+            caller = sys._getframe(1)
+            if caller.f_code.co_filename.startswith(roots):
+                seen.append(f"{name} at {caller.f_code.co_filename}:{caller.f_lineno}")
+            return original(*args, **kwargs)
+        return read
+
+    try:
+        for name, original in saved.items():
+            setattr(torch.Tensor, name, counted(name, original))
+        torch.cuda.synchronize = counted("torch.cuda.synchronize", saved_sync)
+        yield seen
+    finally:
+        for name, original in saved.items():
+            setattr(torch.Tensor, name, original)
+        torch.cuda.synchronize = saved_sync
+
+
+def test_the_counter_sees_a_read_back():
+    loss = torch.ones(())
+    with host_reads((str(Path(__file__)),)) as seen:
+        float(loss)
+        loss.item()
+        if loss:
+            pass
+    assert [s.split(" at ")[0] for s in seen] == ["__float__", "item", "__bool__"]
+
+
+@pytest.mark.parametrize("params", [
+    {"data": "synthetic"},
+    {"data": "synthetic", "mode": "eval"},
+    {"data": "synthetic", "precision": "bf16"},
+    {"data": "synthetic-host", "workers": 0},  # CARAML's loader path, in this process
+], ids=["synthetic-train", "synthetic-eval", "synthetic-bf16", "host-loader-train"])
+def test_step_reads_nothing_back_from_the_device(params):
+    from caraml.runner import RunSpec, build_bench
+
+    bench = build_bench(RunSpec("fno", {"epochs": 0, **params}, preset="smoke-RBC2D"), device="cpu")
+    try:
+        bench.step()  # the first step outside: lazy set-up (autograd, optimizer state) is not the steady state
+        with host_reads() as seen:
+            for _ in range(6):  # past the loader's end of epoch (4 training batches here)
+                bench.step()
+    finally:
+        bench.close()
+    assert seen == []
+
+
+def _fno_bench_module():
+    spec = importlib.util.spec_from_file_location("fno_bench", ROOT / "bench" / "fno_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_script_compares_caraml_and_plain_on_the_same_data():
+    fb = _fno_bench_module()
+    caraml_points = {name: spec for name, spec in fb.POINTS.items()
+                     if "caraml" in spec and name not in fb.DATA_POINTS}
+    assert caraml_points
+    for name, spec in caraml_points.items():
+        assert "data=synthetic" in spec["caraml"], name
+
+
+def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
+    fb = _fno_bench_module()
+    monkeypatch.setitem(fb.RUN, "device", "cpu")
+    monkeypatch.setitem(fb.RUN, "smoke", True)
+    monkeypatch.setitem(fb.STEPS, "PIC2D", (1, 2))
+    row = fb.nufft_check(fb.POINTS["PIC2D_nufft_check"])
+    assert row["equal_within_1e-4"] and row["output_rel_diff"] < 1e-4, row
+    assert set(row["backends"]) == {"torchkbnufft", "matrix"} and row["matrix_speedup"] > 0
+    summary = fb.summary({"PIC2D_nufft_check": {**row, "name": "PIC2D_nufft_check"}})
+    assert summary["goals"]["pic2d_matrix_equal_within_1e-4"] is True
