@@ -2,8 +2,8 @@
 and the ranks that see it go only see a closed connection.
 
 Every rank checks in (its node, node rank, pid) in the shared results folder before the process group starts and
-checks out with its status when it ends, however it ends but SIGKILL. When the run failed, rank 0 waits a bounded
-time for every rank's check-out; the ranks still silent then are named in its record. The folder is keyed by the
+checks out with its status when it ends, however it ends but SIGKILL. A rank that failed (each writes its own record,
+rank 0 too) waits a bounded time for every rank's check-out; the ranks still silent then are named in its record. The folder is keyed by the
 configuration and the launch (torchrun's rendezvous id, or SLURM's job and step), so the ranks of one launch meet
 there and no other launch's files are read.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from caraml.distributed import DistContext, node_name
 from caraml.paths import safe_name
 
-WAIT_S = 10.0  # how long rank 0 of a failed run waits for the other ranks' word before naming them lost
+WAIT_S = 10.0  # how long a failed rank waits for the other ranks' word before naming them lost
 
 
 def launch_id() -> str | None:

@@ -180,7 +180,7 @@ def _finish_run(spec: RunSpec, setup: _Setup, store: Store, record, stop: StopRe
                       else str(energy.get("reason") or "unavailable"), total_wh=energy.get("total_wh"))
     record.metrics.setdefault("energy", {"total_wh": None, "available": False,
                                          "reason": "no power monitor was attached to this run (power=off)"})
-    if record.status == "failed" and dist.is_main:  # a peer's death shows here as a closed connection only
+    if record.status == "failed":  # a peer's death shows here as a closed connection only: name the silent ranks
         lost = roll.lost()
         if lost:
             record.launch["lost_ranks"] = lost
