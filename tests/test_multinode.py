@@ -109,7 +109,8 @@ def assert_two_nodes(record: dict, world: int, dp: int, units_per_step_per_repli
     assert "missing" not in files and {(n["host"], n["rank"]) for n in files["nodes"]} == \
         {(n["host"], n["node_rank"]) for n in energy["nodes"]}
     for node_rank in (0, 1):
-        assert (folder / f"CPU_power.{node_rank}.csv").is_file() and (folder / f"CPU_power.{node_rank}.energy.csv")
+        assert (folder / f"CPU_power.{node_rank}.csv").is_file()
+        assert (folder / f"CPU_power.{node_rank}.energy.csv").is_file()
     with open(folder / "combined_energy.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert sorted((r[1], r[2]) for r in rows[1:]) == sorted((n["host"], str(n["node_rank"])) for n in energy["nodes"])
@@ -142,6 +143,31 @@ def test_fno_ddp_across_nodes(tmp_path):
     batch = record["params"]["batch_size"]  # per device here; the record's global batch is CARAML's batchSize
     assert record["metrics"]["global_batch_size"] == 2 * batch and record["metrics"]["dp"] == 2
     assert_two_nodes(record, world=2, dp=2, units_per_step_per_replica=batch)
+
+
+def test_the_roll_call_names_the_ranks_that_never_checked_out(tmp_path, monkeypatch):
+    from caraml import rollcall
+    from caraml.distributed import DistContext
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
+    calls = {}
+    for rank, node in enumerate(("n1", "n1", "n2", "n2")):
+        monkeypatch.setenv("CARAML_HOSTNAME", node)
+        calls[rank] = rollcall.RollCall(tmp_path, "cfg", DistContext(rank=rank, world_size=4, local_world_size=2))
+        calls[rank].check_in()
+    assert calls[0].folder == tmp_path / "cfg.torchrun-job7.ranks"
+    calls[1].check_out("failed")
+    calls[2].check_out("interrupted")  # stopped by its agent after its node-mate died: it still had its say
+    lost = calls[0].lost(wait_s=0.3)
+    assert [(e["rank"], e["node"], e["node_rank"]) for e in lost] == [(3, "n2", 1)]
+    assert rollcall.describe(lost).startswith("rank 3 on node n2 (node rank 1) ended without a word")
+    calls[3].check_out("ok")
+    assert calls[0].lost(wait_s=0) == []
+    calls[0].clear()
+    assert not calls[0].folder.exists()
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")  # an unknown launcher, or one process: no roll call at all
+    assert rollcall.RollCall(tmp_path, "cfg", DistContext(rank=0, world_size=4)).lost() == []
+    assert rollcall.RollCall(tmp_path, "cfg", DistContext()).folder is None
 
 
 def _descendants(pid: int) -> list[int]:

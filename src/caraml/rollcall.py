@@ -2,10 +2,10 @@
 and the ranks that see it go only see a closed connection.
 
 Every rank checks in (its node, node rank, pid) in the shared results folder before the process group starts and
-checks out with its status when it ends, however it ends but SIGKILL. A rank that failed (each writes its own record,
-rank 0 too) waits a bounded time for every rank's check-out; the ranks still silent then are named in its record. The folder is keyed by the
-configuration and the launch (torchrun's rendezvous id, or SLURM's job and step), so the ranks of one launch meet
-there and no other launch's files are read.
+checks out with its status when it ends, however it ends but SIGKILL. A rank that failed (each writes its own
+record, rank 0 too) waits a bounded time for every rank's check-out; the ranks still silent then are named in its
+record. The folder is keyed by the configuration and the launch (torchrun's rendezvous id, or SLURM's job and
+step), so the ranks of one launch meet there and no other launch's files are read.
 """
 
 from __future__ import annotations
