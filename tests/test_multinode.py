@@ -92,7 +92,7 @@ def assert_two_nodes(record: dict, world: int, dp: int, units_per_step_per_repli
     launch, m = record["launch"], record["metrics"]
     assert record["status"] == "ok", record.get("error")
     assert (launch["nodes"], launch["world_size"], launch["local_world_size"]) == (2, world, world // 2)
-    assert launch["parallel"]["dp"] == dp and record["env"]["hostname"] in NODES
+    assert launch["parallel"]["dp"] == dp and launch["backend"] == "gloo" and record["env"]["hostname"] in NODES
     assert m["units"] == pytest.approx(m["measured_steps"] * dp * units_per_step_per_replica)
     assert m["throughput"]["value"] == pytest.approx(m["units"] / m["measured_time_s"], rel=1e-6)
     energy = m["energy"]
@@ -222,8 +222,9 @@ def test_a_rank_killed_on_one_node_leaves_a_failed_record_naming_node_and_rank(t
 @needs_slurm
 @pytest.mark.multiprocess
 def test_a_two_node_sweep_on_the_two_node_cluster(slurm_cluster, tmp_path):
-    """Image classification, 2 nodes x 2 ranks per point, submitted to the partition of both nodes (a site
-    override, as a site would set its partition); each node's tasks get CARAML_HOSTNAME from the task prolog."""
+    """Image classification, 2 nodes x 2 ranks per point (torchrun agents, then srun tasks), submitted to the
+    partition of both nodes (a site override, as a site sets its partition); each node's tasks get CARAML_HOSTNAME
+    from the task prolog, and the ranks meet at the first node's SLURM address (its name resolves nowhere)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "CPU.toml").write_text(f'[site]\npartition = "{MULTI}"\n')
@@ -241,6 +242,8 @@ params:
   power: rapl
   power_interval_ms: 50
   energy_files: caraml
+derived:   # one point as torchrun agents (one task per node), the other as srun's tasks (one per device)
+  launcher: "'srun' if batch_size == 4 else 'torchrun'"
 launch:
   nodes: 2
   devices_per_node: 2
@@ -257,5 +260,6 @@ launch:
     records = records_in(results)
     assert len(records) == 2
     for record in records:
-        assert record["launch"]["launcher"] == "torchrun" and record["env"]["slurm"]["SLURM_JOB_ID"]
+        launcher = "srun" if record["params"]["batch_size"] == 4 else "torchrun"
+        assert record["launch"]["launcher"] == launcher and record["env"]["slurm"]["SLURM_JOB_ID"]
         assert_two_nodes(record, world=4, dp=4, units_per_step_per_replica=record["params"]["batch_size"])

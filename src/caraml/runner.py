@@ -140,10 +140,10 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     store = Store(spec.results)
     if dist.is_main:
         ensure_writable_dir(store.runs)
+    distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
     roll = rollcall.RollCall(store.runs, record.id, dist)
-    roll.check_in()  # before the process group: a rank killed later is still known by node and rank
-    distributed.init(dist, setup.device.type)
+    roll.check_in()  # before the first step: a rank killed later is still known by node and rank
     log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval)
     log.t0 = started
     log.run_start(store.runs / f"{safe_name(record.run_id)}.events.jsonl" if dist.is_main else None,
@@ -180,12 +180,12 @@ def _finish_run(spec: RunSpec, setup: _Setup, store: Store, record, stop: StopRe
                       else str(energy.get("reason") or "unavailable"), total_wh=energy.get("total_wh"))
     record.metrics.setdefault("energy", {"total_wh": None, "available": False,
                                          "reason": "no power monitor was attached to this run (power=off)"})
+    roll.check_out(record.status)  # first: ranks that all failed at once do not wait for each other
     if record.status == "failed":  # a peer's death shows here as a closed connection only: name the silent ranks
         lost = roll.lost()
         if lost:
             record.launch["lost_ranks"] = lost
             record.error = f"{record.error}; {rollcall.describe(lost)}"
-    roll.check_out(record.status)
     record.finished_at = rec.now()
     out = _save(record, store, dist)
     tp = record.metrics.get("throughput") or {}
