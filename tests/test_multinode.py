@@ -28,7 +28,7 @@ from slurm_cluster import queue as _queue
 from slurm_cluster import wait_for as _wait
 
 NODES = ("n1", "n2")
-POWER = ["power=rapl", "power_interval_ms=50", "energy_files=caraml"]
+COMMON = ["device=cpu", "power=rapl", "power_interval_ms=50", "energy_files=caraml"]  # gloo on a GPU host too
 
 
 def _free_port() -> int:
@@ -76,7 +76,7 @@ def _end(procs: list[subprocess.Popen]) -> None:
 
 def run_on_two_nodes(tmp: Path, ranks_per_node: int, *run_args: str) -> dict:
     """The rank-0 record of a run across the two emulated nodes."""
-    procs = _agents(tmp, ranks_per_node, [*run_args, *POWER])
+    procs = _agents(tmp, ranks_per_node, [*run_args, *COMMON])
     try:
         with _moving_rapl(*(tmp / n / "sys" for n in NODES)):
             outs = [p.communicate(timeout=HANG_S) for p in procs]
@@ -189,7 +189,8 @@ def _running(pid: int) -> bool:
 def test_a_rank_killed_on_one_node_leaves_a_failed_record_naming_node_and_rank(tmp_path):
     results = tmp_path / "results"
     procs = _agents(tmp_path, 1, ["image_classification", "--preset", "smoke", "image_size=32", "batch_size=4",
-                                  "warmup_steps=1", "measure_steps=100000", "power=rapl", "--system", "CPU"])
+                                  "warmup_steps=1", "measure_steps=100000", "device=cpu", "power=rapl",
+                                  "--system", "CPU"])
     try:
         with _moving_rapl(*(tmp_path / n / "sys" for n in NODES)):
             wait_until(lambda: any("measure" in p.read_text() for p in results.glob("runs/*.events.jsonl")),
@@ -235,6 +236,7 @@ def test_a_two_node_sweep_on_the_two_node_cluster(slurm_cluster, tmp_path):
 workload: image_classification
 preset: smoke
 params:
+  device: cpu
   image_size: 32
   batch_size: 2,4
   warmup_steps: 1
