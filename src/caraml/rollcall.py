@@ -82,12 +82,12 @@ class RollCall:
         """After a run every rank finished (rank 0 only): nothing left to explain."""
         if self.folder is None:
             return
-        for path in self.folder.glob("*"):
-            path.unlink(missing_ok=True)
         try:
+            for path in self.folder.glob("*"):
+                path.unlink(missing_ok=True)
             self.folder.rmdir()
         except OSError:
-            pass
+            pass  # left behind: a few bytes, read by no other launch
 
 
 def describe(lost: list[dict], wait_s: float = WAIT_S) -> str:

@@ -127,7 +127,7 @@ def render(point: SweepPoint, profile: dict, opts: JobOptions, log: str) -> str:
         *env_lines,
         "# rendezvous at the first host of the allocation (plus the site's interconnect suffix)",
         'caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        "# a node name no resolver knows (slurmd's emulating nodes on one host) is reached at SLURM's NodeAddr",
+        "# a node name no resolver knows (several slurmd emulating nodes on one host) is reached at its NodeAddr",
         'getent hosts "$caraml_head" >/dev/null || caraml_head="$(scontrol show node "$caraml_head" '
         '| grep -o "NodeAddr=[^ ]*" | cut -d= -f2)"',
         *([f'caraml_head="$caraml_head"{q(site["hostname_suffix"])}'] if site.get("hostname_suffix") else []),
