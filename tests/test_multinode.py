@@ -197,7 +197,8 @@ def test_a_rank_killed_on_one_node_leaves_a_failed_record_naming_node_and_rank(t
                                   "--system", "CPU"])
     try:
         with _moving_rapl(*(tmp_path / n / "sys" for n in NODES)):
-            wait_until(lambda: any("measure" in p.read_text() for p in results.glob("runs/*.events.jsonl")),
+            measuring = '"key": "phase_start", "value": "measure"'
+            wait_until(lambda: any(measuring in p.read_text() for p in results.glob("runs/*.events.jsonl")),
                        "the run to measure", proc=procs[0])
             everything = [d for p in procs for d in _descendants(p.pid)]
             [victim] = [w for w in _descendants(procs[1].pid) if "caraml" in Path(f"/proc/{w}/cmdline").read_text()

@@ -1,11 +1,12 @@
 """Which ranks of a multi-process run ended without a word: a rank killed on another node cannot write a record,
 and the ranks that see it go only see a closed connection.
 
-Every rank checks in (its node, node rank, pid) in the shared results folder before its first step and checks out
-with its status when it ends, however it ends but SIGKILL. A rank that failed (each writes its own record, rank 0
-too) waits a bounded time for every rank's check-out; the ranks still silent then are named in its record. The
-folder is keyed by the configuration and the launch (torchrun's rendezvous id, or SLURM's job and step), so the
-ranks of one launch meet there and no other launch's files are read; a rank that never checked in is lost too.
+Every rank checks in (its node, node rank, pid) in the shared results folder before the process group starts and
+checks out with its status when it ends, however it ends but SIGKILL. A rank that failed (each writes its own
+record, rank 0 too) waits a bounded time for every rank's check-out; the ranks still silent then are named in its
+record. The folder is keyed by the configuration and the launch (torchrun's rendezvous id, or SLURM's job and
+step), so the ranks of one launch meet there and no other launch's files are read; a rank that never checked in
+is lost too.
 """
 
 from __future__ import annotations

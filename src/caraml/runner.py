@@ -140,10 +140,11 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     store = Store(spec.results)
     if dist.is_main:
         ensure_writable_dir(store.runs)
+    roll = rollcall.RollCall(store.runs, rec.config_id(run.workload.name, run.values, setup.tag, dist.world_size,
+                                                       dist.nodes), dist)
+    roll.check_in()  # before the process group: a rank killed later is still known by node and rank
     distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
-    roll = rollcall.RollCall(store.runs, record.id, dist)
-    roll.check_in()  # before the first step: a rank killed later is still known by node and rank
     log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval)
     log.t0 = started
     log.run_start(store.runs / f"{safe_name(record.run_id)}.events.jsonl" if dist.is_main else None,
