@@ -197,7 +197,7 @@ def test_a_rank_killed_on_one_node_leaves_a_failed_record_naming_node_and_rank(t
                                   "--system", "CPU"])
     try:
         with _moving_rapl(*(tmp_path / n / "sys" for n in NODES)):
-            measuring = '"key": "phase_start", "value": "measure"'
+            measuring = '"key": "phase_start", "value": "measuring"'
             wait_until(lambda: any(measuring in p.read_text() for p in results.glob("runs/*.events.jsonl")),
                        "the run to measure", proc=procs[0])
             everything = [d for p in procs for d in _descendants(p.pid)]
