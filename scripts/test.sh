@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the tests need on a fresh Debian machine (as root) and runs them.
-# System packages: SLURM (the tests start a single-node cluster), JUBE, chromium (report check).
+# System packages: SLURM (the tests start a cluster of two nodes on this host), JUBE, chromium (report check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

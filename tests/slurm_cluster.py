@@ -1,8 +1,13 @@
-"""A real single-node SLURM cluster for the tests: slurmctld and slurmd started by a session fixture.
+"""A real SLURM cluster for the tests: slurmctld and two slurmd started by a session fixture.
 
 Tests that use it are marked `slurm` (conftest adds it for the fixture; `needs_slurm` is the same marker),
 which skips them without slurmctld or root and makes them slow; the daemons run as root with auth/none, on free
 ports, with their state in a temporary folder, and are stopped by their pid files when the session ends.
+
+Two nodes on this one host: `slurmd -N n1` and `slurmd -N n2` (NodeHostname=localhost, a port each). The default
+partition `debug` holds n1 alone, so one-node jobs run one after another as on a one-node cluster; the partition
+`multi` (MULTI) holds both, for jobs across two nodes. A task prolog gives each task CARAML_HOSTNAME=its node's
+name, so each emulated node has a name of its own in records and energy files (the host name is the same).
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ import pytest
 needs_slurm = pytest.mark.slurm  # conftest skips it without slurmctld or root
 
 
+MULTI = "multi"  # the partition of both nodes
+NODES = ("n1", "n2")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -29,6 +38,9 @@ def slurm_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm")
     for d in ("state", "spool", "log"):
         (root / d).mkdir()
+    prolog = root / "task-prolog.sh"  # its `export` lines set the task's environment
+    prolog.write_text('#!/bin/sh\necho "export CARAML_HOSTNAME=$SLURMD_NODENAME"\n')
+    prolog.chmod(0o755)
     conf = root / "slurm.conf"
     conf.write_text(f"""ClusterName=caramltest
 SlurmctldHost=localhost
@@ -40,36 +52,40 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd.%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+SlurmdLogFile={root}/log/slurmd.%n.log
+TaskProlog={prolog}
 ReturnToService=2
 MinJobAge=600
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
-NodeName=localhost CPUs=2 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+NodeName=n1 NodeHostname=localhost Port={_free_port()} CPUs=2 State=UNKNOWN
+NodeName=n2 NodeHostname=localhost Port={_free_port()} CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=n1 Default=YES MaxTime=INFINITE State=UP
+PartitionName={MULTI} Nodes=n[1-2] MaxTime=INFINITE State=UP
 """)
     env = dict(os.environ, SLURM_CONF=str(conf))
     subprocess.run(["slurmctld", "-i"], env=env, check=True)
-    subprocess.run(["slurmd"], env=env, check=True)
+    for node in NODES:
+        subprocess.run(["slurmd", "-N", node], env=env, check=True)
     try:
-        deadline = time.time() + 180  # bounds a hang: the node registers within seconds
+        deadline = time.time() + 180  # bounds a hang: the nodes register within seconds
         while time.time() < deadline:
-            out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout
-            if out.strip() == "idle":
+            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True, text=True).stdout
+            if {line.split()[0] for line in out.splitlines() if line.endswith(" idle")} == set(NODES):
                 break
             time.sleep(0.5)
         else:
-            pytest.fail("the SLURM node did not become idle:\n" + (root / "log" / "slurmctld.log").read_text()[-2000:])
+            pytest.fail("the SLURM nodes did not become idle:\n" + (root / "log" / "slurmctld.log").read_text()[-2000:])
         yield env
     finally:
         stopped = []
-        for name in ("slurmd.pid", "slurmctld.pid"):  # stop exactly the daemons started here
+        # stop exactly the daemons started here
+        for name in (*(f"slurmd.{node}.pid" for node in NODES), "slurmctld.pid"):
             pid_file = root / name
             if pid_file.exists():
                 try:

@@ -76,6 +76,7 @@ def test_every_value_stays_data(tmp_path):
     # Run the script's shell lines with real bash, `srun` printing its arguments instead of launching.
     lines = [ln for ln in script.splitlines() if not ln.startswith("#SBATCH")]
     body = "\n".join(lines).replace("\nsrun ", "\nprintf '%s\\0' ").replace("scontrol show hostnames", "echo")
+    body = body.replace("getent hosts", "true")  # node1 resolves
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "7"}
     proc = subprocess.run(["bash", "-c", body + "\n"], capture_output=True, cwd=tmp_path, env=env)
     args = proc.stdout.decode().split("\0")
@@ -85,6 +86,22 @@ def test_every_value_stays_data(tmp_path):
     with pytest.raises(BadInput, match=r"^system CPU: site.partition = 'debug \$\(touch PWNED3\)' is not valid"):
         jobscript.render(point, _profile("CPU", partition="debug $(touch PWNED3)"), OPTS, "/tmp/x.out")
     assert "export CARAML_NOTE='a b $(touch PWNED5)'" in script
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("resolves, head", [(True, "n1i"), (False, "localhosti")])
+def test_rendezvous_at_the_node_address_when_the_node_name_does_not_resolve(resolves, head):
+    """Emulated nodes (several slurmd on one host) have names no resolver knows: SLURM's NodeAddr is used."""
+    point = SweepPoint(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
+                       params={"batch_size": 8}, nodes=2)
+    script = jobscript.render(point, _profile("CPU", hostname_suffix="i"), OPTS, "/tmp/x.out")
+    fakes = ('scontrol() { if [ "$2" = hostnames ]; then printf "n1\\nn2\\n"; '
+             'else echo "NodeName=n1 Arch=x86_64 NodeAddr=localhost NodeHostName=localhost"; fi; }\n'
+             f"getent() {{ {'true' if resolves else 'false'}; }}\n")
+    lines = [ln for ln in script.splitlines() if ln.startswith(("caraml_head", "getent"))]
+    out = subprocess.run(["bash", "-c", fakes + "\n".join(lines) + '\necho "$caraml_head"'], capture_output=True,
+                         text=True, env={"PATH": os.environ["PATH"], "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert out.stdout.strip() == head, out.stderr
 
 
 def test_line_breaks_in_values_are_refused():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 
@@ -22,6 +23,11 @@ class DistContext:
     def nodes(self) -> int:
         return max(1, self.world_size // max(1, self.local_world_size))
 
+    @property
+    def node_rank(self) -> int:
+        """This process's node, counted from 0: torchrun and srun number ranks node by node."""
+        return self.rank // max(1, self.local_world_size)
+
     def all_reduce(self, value: float, op: str = "sum") -> float:
         """One float reduced over all ranks (sum or max); the value itself when alone."""
         if self.world_size == 1:
@@ -37,6 +43,12 @@ class DistContext:
     def barrier(self) -> None:
         if self.world_size > 1:
             self.all_reduce(0.0)
+
+
+def node_name() -> str:
+    """This node's name in records and energy files: CARAML_HOSTNAME where set (the tests' emulated nodes, several
+    on one host, each needing a name of its own), else the host name."""
+    return os.environ.get("CARAML_HOSTNAME") or socket.gethostname()
 
 
 def launch_env() -> DistContext:

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from caraml import distributed, systems, workloads
+from caraml import distributed, rollcall, systems, workloads
 from caraml import params as params_mod
 from caraml.contract import RunContext
 from caraml.errors import BadInput
@@ -147,6 +147,9 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     store = Store(spec.results)
     if dist.is_main:
         ensure_writable_dir(store.runs)
+    roll = rollcall.RollCall(store.runs, rec.config_id(run.workload.name, run.values, setup.tag, dist.world_size,
+                                                       dist.nodes), dist)
+    roll.check_in()  # before the process group: a rank killed later is still known by node and rank
     distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
     log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval)
@@ -160,13 +163,13 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     log.phase_start("setup", since=started)  # the setup began with the spec, before the process group
     log.phase_end("setup")
     try:
-        return _finish_run(spec, setup, store, record, stop, monitor_factory, log)
+        return _finish_run(spec, setup, store, record, stop, monitor_factory, log, roll)
     finally:
         log.close()
 
 
 def _finish_run(spec: RunSpec, setup: _Setup, store: Store, record, stop: StopRequested, monitor_factory,
-                log: LiveLog) -> dict:
+                log: LiveLog, roll: rollcall.RollCall) -> dict:
     dist, run = setup.dist, setup.run
 
     if monitor_factory is None:
@@ -185,13 +188,21 @@ def _finish_run(spec: RunSpec, setup: _Setup, store: Store, record, stop: StopRe
                       else str(energy.get("reason") or "unavailable"), total_wh=energy.get("total_wh"))
     record.metrics.setdefault("energy", {"total_wh": None, "available": False,
                                          "reason": "no power monitor was attached to this run (power=off)"})
+    roll.check_out(record.status)  # first: ranks that all failed at once do not wait for each other
+    if record.status == "failed":  # a peer's death shows here as a closed connection only: name the silent ranks
+        lost = roll.lost()
+        if lost:
+            record.launch["lost_ranks"] = lost
+            record.error = f"{record.error}; {rollcall.describe(lost)}"
     record.finished_at = rec.now()
     out = _save(record, store, dist)
     tp = record.metrics.get("throughput") or {}
     log.run_stop(record.status, throughput=tp.get("value"), unit=tp.get("unit"), error=record.error,
                  record=out.get("path"))
     if collective:
-        distributed.shutdown(dist)
+        distributed.shutdown(dist)  # a barrier: every rank has checked out
+        if dist.is_main:
+            roll.clear()
     return out
 
 
@@ -200,7 +211,8 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
 
     dist = setup.dist
     launch = {"world_size": dist.world_size, "nodes": dist.nodes, "local_world_size": dist.local_world_size,
-              "rank": dist.rank, "backend": dist.backend, "launcher": distributed.launcher(),
+              "rank": dist.rank, "node_rank": dist.node_rank, "backend": dist.backend,
+              "launcher": distributed.launcher(),
               "device": str(setup.device), "parallel": setup.dims.as_dict()}
     record = rec.RunRecord.for_config(
         setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,

@@ -17,7 +17,10 @@ export NCCL_SOCKET_IFNAME=ib0
 export GLOO_SOCKET_IFNAME=ib0
 export PMIX_SECURITY_MODE=native
 # rendezvous at the first host of the allocation (plus the site's interconnect suffix)
-caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"i
+caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+# a node name no resolver knows (several slurmd emulating nodes on one host) is reached at its NodeAddr
+getent hosts "$caraml_head" >/dev/null || caraml_head="$(scontrol show node "$caraml_head" | grep -o "NodeAddr=[^ ]*" | cut -d= -f2)"
+caraml_head="$caraml_head"i
 export MASTER_ADDR="$caraml_head"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
 

@@ -29,6 +29,8 @@ export UCX_RC_TIMEOUT=4s
 export NCCL_IB_RETRY_CNT=10
 # rendezvous at the first host of the allocation (plus the site's interconnect suffix)
 caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+# a node name no resolver knows (several slurmd emulating nodes on one host) is reached at its NodeAddr
+getent hosts "$caraml_head" >/dev/null || caraml_head="$(scontrol show node "$caraml_head" | grep -o "NodeAddr=[^ ]*" | cut -d= -f2)"
 export MASTER_ADDR="$caraml_head"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
 

@@ -189,8 +189,11 @@ def render(point: SweepPoint, profile: dict, opts: JobOptions, log: str) -> str:
         f'export PYTHONPATH={q(source)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         *env_lines,
         "# rendezvous at the first host of the allocation (plus the site's interconnect suffix)",
-        'caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
-        + (q(site["hostname_suffix"]) if site.get("hostname_suffix") else ""),
+        'caraml_head="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        "# a node name no resolver knows (several slurmd emulating nodes on one host) is reached at its NodeAddr",
+        'getent hosts "$caraml_head" >/dev/null || caraml_head="$(scontrol show node "$caraml_head" '
+        '| grep -o "NodeAddr=[^ ]*" | cut -d= -f2)"',
+        *([f'caraml_head="$caraml_head"{q(site["hostname_suffix"])}'] if site.get("hostname_suffix") else []),
         'export MASTER_ADDR="$caraml_head"',
         f"export MASTER_PORT={_master_port(site)}",
         "",

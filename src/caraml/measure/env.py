@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import subprocess
 from pathlib import Path
 
 import caraml
+from caraml.distributed import node_name
 
 _SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME",
                "SLURM_JOB_PARTITION", "SLURM_JOB_ACCOUNT", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST",
@@ -75,7 +75,7 @@ def collect() -> dict:
         "git_commit": git_commit(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "hostname": socket.gethostname(),
+        "hostname": node_name(),
         "os": platform.platform(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),

@@ -158,8 +158,8 @@ def combine(nodes: list[dict], units: float | None = None, unit: str | None = No
     counted = [d for d in devices if d.get("in_total")]
     out = {"available": False, "total_wh": None, "window": window, "units_per_wh": None, "source": None,
            "clock": "time.monotonic per node, seconds from the monitor's start",
-           "nodes": [{k: n[k] for k in ("host", "timeseries", "backends", "interval_ms", "started_wall", "samples",
-                                        "methods", "reason") if k in n} for n in nodes],
+           "nodes": [{k: n[k] for k in ("host", "node_rank", "timeseries", "backends", "interval_ms",
+                                        "started_wall", "samples", "methods", "reason") if k in n} for n in nodes],
            "duplicates_dropped": dropped}
     reason = _unavailable(nodes, devices, counted)
     if reason:

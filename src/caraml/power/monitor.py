@@ -11,11 +11,11 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from caraml.distributed import node_name
 from caraml.errors import BadInput
 from caraml.power import backends as backends_mod
 from caraml.power import energy as energy_mod
@@ -55,7 +55,7 @@ class Monitor:
         series_mod.check_format(fmt)
         self.interval_ms, self.idle_baseline_s, self.fmt, self.root = interval_ms, idle_baseline_s, fmt, root
         self.phase, self.start_timeout_s, self.stop_timeout_s = phase, start_timeout_s, stop_timeout_s
-        self.host = socket.gethostname()
+        self.host = node_name()
         self.out_dir = out_dir
         self.name = name
         self.proc: subprocess.Popen | None = None

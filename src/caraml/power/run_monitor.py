@@ -69,7 +69,7 @@ class RunMonitor:
                          "traceback": traceback.format_exc()[-2000:]}
         if self.failure:
             self.node = {"available": False, "host": self.sampler.host, "reason": self.failure}
-        self.node["node_rank"] = self.dist.rank // max(1, self.dist.local_world_size)
+        self.node["node_rank"] = self.dist.node_rank
 
     def finish(self, metrics: dict, dist, gather: bool) -> dict:
         """The record's metrics.energy, from every node's summary (gathered when all ranks finished)."""
