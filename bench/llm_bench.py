@@ -88,6 +88,7 @@ BACKEND_POINTS = ("native_caraml", "megatron", "crosscheck")
 CARAML_SETTINGS = ["recompute=selective", "compile=none"]  # CARAML's Megatron: selective recompute, no compiler
 CROSSCHECK = {"precision": "fp32", "recompute": "none", "compile": "none", "lr": 3e-4, "lr_warmup_samples": 0,
               "seed": 42, "attention_dropout": 0.0, "hidden_dropout": 0.0}  # no dropout: the RNGs differ
+CROSSCHECK.update(json.loads(os.environ.get("LLM_BENCH_CROSSCHECK", "{}")))  # e.g. {"clip_grad": 0} to isolate a step
 CROSSCHECK_STEPS, CROSSCHECK_TOLERANCE = 20, 0.01
 EXTRA_POINTS = ("caraml_2024_log",)  # run only when named in --only
 # caraml_2024_log: CARAML's global batch and the minutes before the exit (CARAML's 30: too long for one command)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from caraml.contract import RunContext
 from caraml.workloads.llm_training import data as data_mod
+from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training import sizes
 from caraml.workloads.llm_training.backend import te_available
 from caraml.workloads.llm_training.bench import ADAM_BETAS, ADAM_EPS, GPTBench
@@ -158,6 +159,7 @@ class MegatronBench(GPTBench):
         self.accumulation, self.micro = cfg.batch.grad_accumulation, cfg.batch.micro_batch_size
         self.distributed = ctx.dims.world > 1
         self.compile_scope, self.scaler = None, None  # Megatron's optimizer holds the fp16 loss scaler
+        self.fast = FastPaths(cfg.compute, ctx.device)  # none taken (option_problem refuses them): the record says so
         distributed_optimizer = cfg.parallel.distributed_optimizer != "off"  # Megatron's own for zero1 and fsdp
         self.plan = ParallelPlan(sequence_parallel=cfg.parallel.sequence_parallel and ctx.dims.tp > 1,
                                  loss_parallel=ctx.dims.tp > 1,
