@@ -25,11 +25,11 @@ import torch.nn.functional as F
 
 from caraml.contract import RunContext
 from caraml.workloads.llm_training import data as data_mod
-from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training import sizes
 from caraml.workloads.llm_training.backend import te_available
 from caraml.workloads.llm_training.bench import ADAM_BETAS, ADAM_EPS, GPTBench
 from caraml.workloads.llm_training.config import TrainingConfig
+from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training.model import Block, Embedding, GPTConfig, init_weights
 from caraml.workloads.llm_training.parallel import ParallelPlan, stage_layers
 from caraml.workloads.llm_training.scaler import LossScaler
