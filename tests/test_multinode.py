@@ -225,19 +225,7 @@ def test_a_rank_killed_on_one_node_leaves_a_failed_record_naming_node_and_rank(t
 
 
 # the two-node SLURM cluster ------------------------------------------------------------------------------------
-@needs_slurm
-@pytest.mark.multiprocess
-def test_a_two_node_sweep_on_the_two_node_cluster(slurm_cluster, tmp_path):
-    """Image classification, 2 nodes x 2 ranks per point (torchrun agents, then srun tasks), submitted to the
-    partition of both nodes (a site override, as a site sets its partition); each node's tasks get CARAML_HOSTNAME
-    from the task prolog, and the ranks meet at the first node's SLURM address (its name resolves nowhere)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "CPU.toml").write_text(f'[site]\npartition = "{MULTI}"\n')
-    env = cli_env(SLURM_CONF=slurm_cluster["SLURM_CONF"], CARAML_SYSTEMS_PATH=site,
-                  CARAML_SYSFS_ROOT=tmp_path / "sys", OMP_NUM_THREADS=1)
-    suite = tmp_path / "two-nodes.yaml"
-    suite.write_text("""
+TWO_NODE_SUITE = """
 workload: image_classification
 preset: smoke
 params:
@@ -249,24 +237,71 @@ params:
   power: rapl
   power_interval_ms: 50
   energy_files: caraml
-derived:   # one point as torchrun agents (one task per node), the other as srun's tasks (one per device)
-  launcher: "'srun' if batch_size == 4 else 'torchrun'"
 launch:
   nodes: 2
   devices_per_node: 2
   time_limit: "00:10:00"
-""")
-    results = tmp_path / "results"
-    with _moving_rapl(tmp_path / "sys"):  # one sysfs for both nodes: the host names keep their devices apart
-        caraml("sweep", suite, "--system", "CPU", "--executor", "slurm", "--results", results, env=env, check=0)
-        script = next((results / "sweep" / "jobs").glob("*.sh")).read_text()
-        assert "#SBATCH --nodes=2" in script and f"#SBATCH --partition={MULTI}" in script
-        _wait(lambda: not _queue(env), HANG_S, "both two-node jobs to end")
+"""
+
+
+def _sweep_on_two_nodes(cluster: dict, tmp: Path, suite_text: str, *executor: str) -> tuple[Path, dict, str]:
+    """The sweep submitted to the partition of both nodes (a site override, as a site sets its partition) and run
+    to its end; its results folder, the environment of its commands, and the `--continue` report."""
+    site = tmp / "site"
+    site.mkdir()
+    (site / "CPU.toml").write_text(f'[site]\npartition = "{MULTI}"\n')
+    env = cli_env(SLURM_CONF=cluster["SLURM_CONF"], CARAML_SYSTEMS_PATH=site, CARAML_SYSFS_ROOT=tmp / "sys",
+                  OMP_NUM_THREADS=1)
+    suite = tmp / "two-nodes.yaml"
+    suite.write_text(suite_text)
+    results = tmp / "results"
+    with _moving_rapl(tmp / "sys"):  # one sysfs for both nodes: the host names keep their devices apart
+        caraml("sweep", suite, "--system", "CPU", "--executor", "slurm", *executor, "--results", results, env=env,
+               check=0)
+        _wait(lambda: not _queue(env), HANG_S, "the two-node jobs to end")
     out = caraml("sweep", "--continue", "--results", results, env=env, check=0).stdout
-    assert out.count(": ok") == 2, out + "".join(p.read_text()[-3000:] for p in (results / "sweep" / "logs").iterdir())
+    logs = "".join(p.read_text()[-3000:] for p in (results / "sweep" / "logs").iterdir())
+    assert out.count(": ok") == 2, out + logs
+    return results, env, out
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_a_two_node_sweep_on_the_two_node_cluster(slurm_cluster, tmp_path):
+    """Image classification, 2 nodes x 2 ranks per point (torchrun agents, then srun tasks); each node's tasks get
+    CARAML_HOSTNAME from the task prolog, and the ranks meet at the first node's SLURM address (its name resolves
+    nowhere)."""
+    derived = """derived:   # one point as torchrun agents (a task per node), one as srun's tasks (a task per device)
+  launcher: "'srun' if batch_size == 4 else 'torchrun'"
+"""
+    results, _, _ = _sweep_on_two_nodes(slurm_cluster, tmp_path, TWO_NODE_SUITE + derived)
+    script = next((results / "sweep" / "jobs").glob("*.sh")).read_text()
+    assert "#SBATCH --nodes=2" in script and f"#SBATCH --partition={MULTI}" in script
     records = records_in(results)
     assert len(records) == 2
     for record in records:
         launcher = "srun" if record["params"]["batch_size"] == 4 else "torchrun"
         assert record["launch"]["launcher"] == launcher and record["env"]["slurm"]["SLURM_JOB_ID"]
+        assert_two_nodes(record, world=4, dp=4, units_per_step_per_replica=record["params"]["batch_size"])
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_a_two_node_sweep_as_one_job_array(slurm_cluster, tmp_path):
+    """The same two points as the tasks of one job array (`--array`): each task a two-node allocation of its own,
+    torchrun agents meeting at a port and rendezvous id of that task's own job id."""
+    results, env, out = _sweep_on_two_nodes(slurm_cluster, tmp_path, TWO_NODE_SUITE.replace(
+        "  nodes: 2", "  launcher: torchrun\n  nodes: 2"), "--array")
+    [array] = (results / "sweep" / "jobs").glob("*-array-*.sh")
+    text = array.read_text()
+    assert "#SBATCH --nodes=2" in text and f"#SBATCH --partition={MULTI}" in text and "#SBATCH --array=0-1\n" in text
+    jobs = json.loads((results / "sweep-state.json").read_text())["jobs"]
+    [array_id] = {job.split("_")[0] for job in jobs}
+    assert sorted(jobs) == [f"{array_id}_0", f"{array_id}_1"] and all(f"job {job}: ok" in out for job in jobs), out
+    records = records_in(results)
+    tasks = {f"{r['env']['slurm']['SLURM_ARRAY_JOB_ID']}_{r['env']['slurm']['SLURM_ARRAY_TASK_ID']}" for r in records}
+    assert len(records) == 2 and tasks == set(jobs)
+    assert len({r["env"]["slurm"]["SLURM_JOB_ID"] for r in records}) == 2  # each task a job of its own
+    for record in records:
+        assert record["launch"]["launcher"] == "torchrun"
         assert_two_nodes(record, world=4, dp=4, units_per_step_per_replica=record["params"]["batch_size"])
