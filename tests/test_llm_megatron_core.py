@@ -215,8 +215,9 @@ def test_both_backends_train_the_same_losses_on_the_cpu():
     assert _largest_difference(run) <= 1e-5, (native, megatron)
 
 
-# the GPU cross-check's settings (bench/llm_bench.py CROSSCHECK: fp32, no dropout, no warm-up, micro-batch 4) on the
-# smoke model, at a learning rate where the loss falls steadily and clipping at 1.0 is active in most iterations
+# the GPU cross-check's settings (bench/llm_bench.py CROSSCHECK: fp32, no dropout, micro-batch 4) on the smoke model,
+# at a learning rate where the loss falls steadily and clipping at 1.0 is active in most iterations; without the
+# bench's warm-up (the smoke model trains stably without one), and with it in one run
 CROSSCHECK_ON_CPU = {"precision": "fp32", "recompute": "none", "lr": 3e-3, "lr_warmup_samples": 0,
                      "attention_dropout": 0.0, "hidden_dropout": 0.0, "micro_batch_size": 4}
 
@@ -229,12 +230,13 @@ def test_the_cross_check_passes_on_the_cpu_with_clipping_and_megatrons_distribut
     losses agree to rounding, far inside the issue's 1 %."""
     settings = [{**CROSSCHECK_ON_CPU, "clip_grad": clip, "distributed_optimizer": optimizer}
                 for clip in (1.0, 0.0) for optimizer in ("zero1", "off")]
+    settings.append({**settings[0], "lr_warmup_samples": 4 * 20})  # the bench's warm-up: lr 0 at the first step
     runs = _cpu_losses(settings, 20)
     for given, run in zip(settings, runs):
         native, megatron = run["native"], run["megatron-core"]
-        assert len(native) == len(megatron) == 20 and native[-1] < native[0] - 1.0, given
+        assert len(native) == len(megatron) == 20 and native[-1] < native[0] - 0.5, given
         norms = run["native grad norms"]
-        assert sum(n > given["clip_grad"] for n in norms) >= 10, (given, norms)  # clipping is active (when on)
+        assert sum(n > given["clip_grad"] for n in norms) >= 8, (given, norms)  # clipping is active (when on)
         for a, b in zip(norms, run["megatron-core grad norms"]):
             assert abs(a - b) <= 1e-4 * a, (given, norms, run["megatron-core grad norms"])
         assert _largest_difference(run) <= 1e-4, (given, native, megatron)
