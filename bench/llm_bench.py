@@ -22,7 +22,7 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
 The points caraml* other than caraml_2024_log keep the plain loop's settings (bf16 autocast, no dropout) over
 the preset's CARAML values, so that caraml/plain compares the same training.
 
-Backends side by side (`--only native_caraml,megatron,crosscheck`, about 4 minutes; `--set k=v` adds settings to
+Backends side by side (`--only native_caraml,megatron,crosscheck`, about 5 minutes; `--set k=v` adds settings to
 both throughput points):
 
     native_caraml     caraml run llm_training --preset 800M-2024 micro_batch_size=4 compile=none (CARAML's 2024
@@ -627,8 +627,10 @@ def main() -> None:
                   f"{r['max_relative_difference']:.2e} (tolerance {r['tolerance']:g}); first {r['loss_first']}, "
                   f"last {r['loss_last']}")
             spread = r.get("control_max_relative_difference")
+            unstable = (spread or 0) >= r["tolerance"]
             print(f"  native vs native in two micro-batches (rounding alone): max relative difference "
-                  f"{'-' if spread is None else format(spread, '.2e')}")
+                  f"{'-' if spread is None else format(spread, '.2e')}"
+                  f"{'  UNSTABLE: native parts from itself, so the comparison says nothing' if unstable else ''}")
         for t in r.get("tried", []):
             print(f"  micro {t['micro_batch_size']:<4} {t['status']:<8} {format(t.get('tokens_per_s') or 0, '10.0f')} "
                   f"{format(t.get('tflops_6n') or 0, '8.1f')} {format(t.get('mfu') or 0, '6.3f')} {'':>6} "

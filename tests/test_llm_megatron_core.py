@@ -230,7 +230,8 @@ def test_the_cross_check_passes_on_the_cpu_with_clipping_and_megatrons_distribut
     losses agree to rounding, far inside the issue's 1 %."""
     settings = [{**CROSSCHECK_ON_CPU, "clip_grad": clip, "distributed_optimizer": optimizer}
                 for clip in (1.0, 0.0) for optimizer in ("zero1", "off")]
-    settings.append({**settings[0], "lr_warmup_samples": 4 * 20})  # the bench's warm-up: lr 0 at the first step
+    # the bench's warm-up (lr 0 at the first step), the batch in two micro-batches (the loss averaged over them)
+    settings.append({**settings[0], "lr_warmup_samples": 4 * 20, "micro_batch_size": 2, "grad_accumulation": 2})
     runs = _cpu_losses(settings, 20)
     for given, run in zip(settings, runs):
         native, megatron = run["native"], run["megatron-core"]
