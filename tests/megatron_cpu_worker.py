@@ -1,9 +1,11 @@
-"""Both backends' losses on the CPU, printed as JSON: megatron-core calls CUDA throughout, so its hard-coded CUDA
-calls are redirected to the CPU here (device factories, streams, the RNG tracker) — a test device, not a way to
-run it. Gradient clipping off (megatron-core asserts CUDA gradients there), Megatron's DDP with its FP32
-optimizer (its distributed optimizer needs CUDA buffers). Usage: python megatron_cpu_worker.py JSON_OVERRIDES STEPS
+"""Both backends' losses and gradient norms on the CPU, printed as JSON: megatron-core calls CUDA throughout, so
+its hard-coded CUDA calls are redirected to the CPU here (device factories, streams, the RNG tracker, the CUDA type
+its gradient clipping asserts) — a test device, not a way to run it. Runs Megatron's DDP with its FP32 optimizer
+(distributed_optimizer=off) or its distributed optimizer (zero1), with or without gradient clipping.
+Usage: python megatron_cpu_worker.py JSON_OVERRIDES STEPS, where JSON_OVERRIDES is one dict of smoke-preset
+overrides or a list of them (one import of megatron-core for several runs); prints one JSON list, per run
+{"native": losses, "megatron-core": losses, "native grad norms": [...], "megatron-core grad norms": [...]}.
 """
-
 import contextlib
 import json
 import sys
@@ -30,6 +32,17 @@ class _Stream:
         pass
 
 
+_type = torch.Tensor.type
+
+
+def _as_cuda_type(self, *args, **kwargs):
+    """megatron-core's clipping asserts `grad.type() == 'torch.cuda.FloatTensor'`."""
+    if args or kwargs or _type(self) != "torch.FloatTensor":
+        return _type(self, *args, **kwargs)
+    return "torch.cuda.FloatTensor"
+
+
+torch.Tensor.type = _as_cuda_type
 torch.cuda.current_device = lambda: "cpu"
 torch.cuda.current_stream = lambda *a: _Stream()
 for _name in ("tensor", "zeros", "ones", "empty", "full", "arange", "zeros_like", "empty_like"):
@@ -51,16 +64,46 @@ megatron_random.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.n
 from caraml.contract import RunContext  # noqa: E402
 from caraml.distributed import DistContext  # noqa: E402
 from caraml.runner import RunSpec, resolve  # noqa: E402
+from caraml.workloads.llm_training import parallel  # noqa: E402
 from caraml.workloads.llm_training.bench import GPTBench  # noqa: E402
 from caraml.workloads.llm_training.megatron_core import MegatronBench  # noqa: E402
 
-overrides, steps = json.loads(sys.argv[1]), int(sys.argv[2])
-out = {}
-for backend, make in (("megatron-core", MegatronBench), ("native", GPTBench)):
-    cfg = resolve(RunSpec("llm_training", {**overrides, "backend": backend}, preset="smoke")).config
-    bench = make(cfg, RunContext(device=torch.device("cpu"), seed=42, dist=DistContext()))
-    for _ in range(steps):
-        bench.step()
-    out[backend] = bench.loss_values()
-    bench.close()
-print(json.dumps(out))
+_square_share = parallel.grad_square_share
+
+
+def _recording_norms(bench, norms: list) -> None:
+    """Record each iteration's global gradient norm (before clipping) as the backend computes it."""
+    if isinstance(bench, MegatronBench):
+        step = bench.optimizer.step
+
+        def stepped():
+            done, norm, zeros = step()
+            norms.append(float(norm))
+            return done, norm, zeros
+
+        bench.optimizer.step = stepped
+    else:
+        parallel.grad_square_share = lambda *a, **k: _noted(_square_share(*a, **k), norms)
+
+
+def _noted(square, norms):
+    norms.append(float(square.sqrt()))
+    return square
+
+
+def _run(overrides: dict, steps: int) -> dict:
+    out = {}
+    for backend, make in (("megatron-core", MegatronBench), ("native", GPTBench)):
+        cfg = resolve(RunSpec("llm_training", {**overrides, "backend": backend}, preset="smoke")).config
+        bench = make(cfg, RunContext(device=torch.device("cpu"), seed=42, dist=DistContext()))
+        norms = []
+        _recording_norms(bench, norms)
+        for _ in range(steps):
+            bench.step()
+        out[backend], out[f"{backend} grad norms"] = bench.loss_values(), norms
+        bench.close()
+    return out
+
+
+given, steps = json.loads(sys.argv[1]), int(sys.argv[2])
+print(json.dumps([_run(overrides, steps) for overrides in (given if isinstance(given, list) else [given])]))
