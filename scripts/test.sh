@@ -18,6 +18,7 @@ fi
 # megatron-core for the tests of llm_training's backend=megatron-core (its weight map, both backends' losses on the
 # CPU): its metadata asks for Python >= 3.12, but it ships a cp311 wheel and the parts used import and run on 3.11.
 .venv/bin/pip install -q --no-deps --ignore-requires-python megatron-core==0.19.2
+.venv/bin/pip install -q torchao==0.18.0  # precision=fp8: its conversion and float8 products run on the CPU too
 # The linter first: seconds, and a finding fails the run before the tests start (rules: pyproject.toml).
 .venv/bin/ruff check --output-format concise .
 # Everything: the fast selection on both cores, then the slow SLURM/JUBE/browser tests in one process
