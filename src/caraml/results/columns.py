@@ -235,6 +235,11 @@ SHARED = {
 
 def _declared(col, params=()) -> Column:
     """A workload's own column (caraml.workloads.Col) as a table column; `params`: the workload's Params."""
+    if "|" in col.source:  # the first source with a value, e.g. what data=auto became, else the parameter
+        first, _, rest = col.source.partition("|")
+        a, b = _declared(replace(col, source=first), params), _declared(replace(col, source=rest), params)
+        return replace(a, get=lambda p: _first(a.get(p), b.get(p)), config=a.config or b.config,
+                       param=a.param or b.param, aliases=a.aliases or b.aliases)
     kind, _, name = col.source.partition(":")
     if kind == "shared":  # a shared column under the workload's own key, header and visibility
         return replace(SHARED[name], key=col.key, header=col.header, default=col.default)
@@ -254,6 +259,10 @@ def _declared(col, params=()) -> Column:
     if kind == "metric":
         return metric(col.key, col.header, get, col.style if col.style != "text" else "num", col.default)
     raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME, metric:KEY nor label:KEY")
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
 
 
 def columns_for(workload: str, unit: str | None = None) -> list[Column]:
