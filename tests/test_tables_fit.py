@@ -44,7 +44,8 @@ def test_a_table_on_a_terminal_fits_its_width_and_names_what_it_left_out(campaig
     out = cli("result", "--results", campaign, check=0).stdout
     assert max(len(line) for line in out.splitlines()) <= 120
     assert "Timesteps/s (steady)" in out and "Status" in out  # throughput and status always stay
-    assert "same in every row: Problem RBC2D" in out  # a configuration column that does not differ
+    # configuration columns that do not differ, in CARAML's column order (Devices before Problem)
+    assert "same in every row: Devices 1, Problem RBC2D" in out
     assert "not shown, to fit 120 columns:" in out and "--wide" in out
     assert "H100" in out and "A100" in out  # the system differs between rows: kept
 
@@ -58,7 +59,7 @@ def test_wide_and_non_terminals_show_every_default_column(campaign, terminal):
 
 def test_a_pipe_gets_every_default_column(campaign):
     text = cli("result", "--results", campaign, "--workload", "fno", check=0).stdout  # stdout not a terminal
-    assert "not shown" not in text and "ModelParam (Million)" in text and "Energy/device Wh" in text
+    assert "not shown" not in text and "ModelParam (Million)" in text and "Energy/GPU (Wh)" in text
 
 
 def test_a_parameter_that_differs_between_rows_becomes_a_column(tmp_path):
