@@ -419,10 +419,18 @@ def where(points: list[Point], columns: list[Column], pairs: list[tuple[str, str
         ok = True
         for key, wanted in pairs:
             known, value = lookup(p, columns, key)
-            ok = ok and known and matches(value, wanted)
+            ok = ok and ((known and matches(value, wanted)) or _param_matches(p, columns, key, wanted))
         if ok:
             kept.append(p)
     return kept
+
+
+def _param_matches(point: Point, columns: list[Column], key: str, wanted: str) -> bool:
+    """Whether the parameter that `key`'s column shows matches as given, where the column shows something else
+    (FNO's Data: what data=auto became), so that data=auto finds the runs given data=auto."""
+    c = resolve(columns, key, [point])
+    name = c.param if c is not None else None
+    return name is not None and name in point.params and matches(point.params[name], wanted)
 
 
 def known_keys(points: list[Point], columns: list[Column]) -> set[str]:
