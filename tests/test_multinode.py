@@ -136,7 +136,8 @@ def test_gpt_data_parallel_across_nodes_with_the_distributed_optimizer(tmp_path)
     record = run_on_two_nodes(tmp_path, 1, "llm_training", "--preset", "smoke", "distributed_optimizer=true",
                               "warmup_steps=1", "measure_steps=2", "--system", "CPU")
     p = record["params"]
-    assert p["distributed_optimizer"] is True and p["global_batch_size"] in (0, 2 * p["micro_batch_size"])
+    # the former boolean: true is an alias of fsdp (FSDP2), what it ran before distributed_optimizer became a choice
+    assert p["distributed_optimizer"] == "fsdp" and p["global_batch_size"] in (0, 2 * p["micro_batch_size"])
     assert_two_nodes(record, world=2, dp=2, units_per_step_per_replica=p["micro_batch_size"] * p["seq_length"])
 
 

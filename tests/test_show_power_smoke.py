@@ -84,15 +84,18 @@ def test_show_a_mistyped_or_ambiguous_run_id(results):
 
 # caraml sweep SUITE --show ID ---------------------------------------------------------------------------------
 def test_sweep_show_prints_one_points_parameters_and_runs_nothing(tmp_path):
-    listed = cli("sweep", "fno", "--tag", "smoke", "--dry-run", "--json", "batch_size=3", "--results", str(tmp_path))
+    listed = cli("sweep", "fno", "--tag", "smoke", "--dry-run", "--json", "global_batch_size=3",
+                 "--results", str(tmp_path))
     point = json.loads(listed.stdout)[0]
     for key in ("1", point["id"], point["id"][:6]):
-        proc = cli("sweep", "fno", "--tag", "smoke", "--show", key, "batch_size=3", "--results", str(tmp_path))
+        proc = cli("sweep", "fno", "--tag", "smoke", "--show", key, "global_batch_size=3",
+                   "--results", str(tmp_path))
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("point 1 of 1 of suite fno: ")
         row = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  ")}
-        assert row["batch_size"].split()[1:] == ["3", "(suite)"] and row["data"].split()[1:] == ["synthetic",
-                                                                                               "(default)"]
+        # the suite gives CARAML's global batch (split over the devices) and its data path, data=auto
+        assert row["global_batch_size"].split()[1:] == ["3", "(suite)"] and row["batch_size"].split()[1:] == [
+            "0", "(default)"] and row["data"].split()[1:] == ["auto", "(suite)"]
     view = json.loads(cli("sweep", "fno", "--tag", "smoke", "--show", "1", "--json").stdout)
     assert view["kind"] == "point" and set(view["params"]) == {"workload", "measurement", "power"}
     assert not (tmp_path / "runs").exists()

@@ -44,7 +44,8 @@ def test_a_table_on_a_terminal_fits_its_width_and_names_what_it_left_out(campaig
     out = cli("result", "--results", campaign, check=0).stdout
     assert max(len(line) for line in out.splitlines()) <= 120
     assert "Timesteps/s (steady)" in out and "Status" in out  # throughput and status always stay
-    assert "same in every row: Problem RBC2D" in out  # a configuration column that does not differ
+    # configuration columns that do not differ, in CARAML's column order (Devices before Problem)
+    assert "same in every row: Devices 1, Problem RBC2D" in out
     assert "not shown, to fit 120 columns:" in out and "--wide" in out
     assert "H100" in out and "A100" in out  # the system differs between rows: kept
 
@@ -58,7 +59,7 @@ def test_wide_and_non_terminals_show_every_default_column(campaign, terminal):
 
 def test_a_pipe_gets_every_default_column(campaign):
     text = cli("result", "--results", campaign, "--workload", "fno", check=0).stdout  # stdout not a terminal
-    assert "not shown" not in text and "ModelParam (Million)" in text and "Energy/device Wh" in text
+    assert "not shown" not in text and "ModelParam (Million)" in text and "Energy/GPU (Wh)" in text
 
 
 def test_a_parameter_that_differs_between_rows_becomes_a_column(tmp_path):
@@ -117,6 +118,34 @@ def test_a_parameter_or_record_field_filters_with_where(tmp_path):
     rows = json.loads(cli("result", "--results", results, "--where", "launch.world_size=1", "--format",
                           "rows-json", check=0).stdout)
     assert len(rows) == 2
+
+
+def test_data_shows_what_auto_became_and_filters_on_either(tmp_path):
+    results = tmp_path / "r"
+    a, b = _fno_pair(results)
+    a["params"]["data"], a["metrics"]["data_source"] = "auto", "file"  # data=auto ran from the data set's file
+    write(results, a)
+    rows = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert sorted(r["data"] for r in rows) == ["file", "file"]  # what each run used
+    for where, throughput in (("data=auto", [3757.0]), ("data=file", [1200.0, 3757.0]), ("data=synthetic", [])):
+        proc = cli("result", "--results", results, "--where", where, "--format", "rows-json")
+        found = json.loads(proc.stdout) if proc.returncode == 0 else []
+        assert sorted(r["throughput"] for r in found) == throughput, where
+
+
+def test_compare_shows_an_if_any_column_only_where_a_run_has_it(tmp_path):
+    for version in (None, "2025.02"):
+        results = tmp_path / str(version)
+        for system in ("A100", "H100"):
+            rec = fno(system, "RBC2D", 1, 20, "fp16", "default", 1000.0)
+            if version:
+                rec["params"]["caraml_version"] = version
+            write(results, rec)
+        text = cli("compare", "--results", results, "--by", "system", "--format", "markdown", check=0).stdout
+        if version:  # CARAML's FNO column, first after the system as in CARAML's table
+            assert "| Version | Devices | Problem |" in text and "| 2025.02 | 1 | RBC2D |" in text
+        else:  # no run has it: no column of dashes
+            assert "| Devices | Problem |" in text and "Version" not in text
 
 
 def test_an_unknown_column_is_one_line_exit_2(campaign):

@@ -235,6 +235,11 @@ SHARED = {
 
 def _declared(col, params=()) -> Column:
     """A workload's own column (caraml.workloads.Col) as a table column; `params`: the workload's Params."""
+    if "|" in col.source:  # the first source with a value, e.g. what data=auto became, else the parameter
+        first, _, rest = col.source.partition("|")
+        a, b = _declared(replace(col, source=first), params), _declared(replace(col, source=rest), params)
+        return replace(a, get=lambda p: _first(a.get(p), b.get(p)), config=a.config or b.config,
+                       param=a.param or b.param, aliases=a.aliases or b.aliases)
     kind, _, name = col.source.partition(":")
     if kind == "shared":  # a shared column under the workload's own key, header and visibility
         return replace(SHARED[name], key=col.key, header=col.header, default=col.default)
@@ -254,6 +259,10 @@ def _declared(col, params=()) -> Column:
     if kind == "metric":
         return metric(col.key, col.header, get, col.style if col.style != "text" else "num", col.default)
     raise ValueError(f"column {col.key}: source {col.source!r} is neither param:NAME, metric:KEY nor label:KEY")
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
 
 
 def columns_for(workload: str, unit: str | None = None) -> list[Column]:
@@ -410,10 +419,18 @@ def where(points: list[Point], columns: list[Column], pairs: list[tuple[str, str
         ok = True
         for key, wanted in pairs:
             known, value = lookup(p, columns, key)
-            ok = ok and known and matches(value, wanted)
+            ok = ok and ((known and matches(value, wanted)) or _param_matches(p, columns, key, wanted))
         if ok:
             kept.append(p)
     return kept
+
+
+def _param_matches(point: Point, columns: list[Column], key: str, wanted: str) -> bool:
+    """Whether the parameter that `key`'s column shows matches as given, where the column shows something else
+    (FNO's Data: what data=auto became), so that data=auto finds the runs given data=auto."""
+    c = resolve(columns, key, [point])
+    name = c.param if c is not None else None
+    return name is not None and name in point.params and matches(point.params[name], wanted)
 
 
 def known_keys(points: list[Point], columns: list[Column]) -> set[str]:

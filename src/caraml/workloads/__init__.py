@@ -24,7 +24,8 @@ class Col:
     """A result column a workload declares: a parameter (`param:NAME`) or one of its metrics (`metric:KEY`,
     `metric:KEY.value` for a {value, unit} metric; `label:KEY` for a text metric such as a shape, shown as
     the representative run has it). Style: text, int, num, pct, bool, gib; word for a metric that is text
-    (shown from the configuration's representative run, not a median)."""
+    (shown from the configuration's representative run, not a median). `A|B`: A's value, else B's (a column of
+    what data=auto became that shows the parameter for records without it, and filters and varies as it)."""
 
     key: str
     header: str

@@ -212,7 +212,7 @@ WORKLOAD = register(Workload(
              Col("energy_wh", "TotalEnergy (Wh)", "shared:energy_wh", default=False), "ours",
              Col("complex_weights", "ComplexWeights", "param:complex_weights", "bool", default=False),
              Col("compile_scope", "CompileScope", "param:compile_scope", default=False),
-             Col("data", "Data", "metric:data_source", "word", default=False)),
+             Col("data", "Data", "metric:data_source|param:data", "word", default=False)),
     metrics=("global_batch_size", "dp", "settings", "model_params", "model_params_m", "model_size_mb", "input_shape",
              "grid", "particles", "data", "train_throughput", "caraml_timesteps_per_s", "epochs",
              "throughput_conventions", "flops", "memory_split", "compile_report", "math", "caraml_config",
