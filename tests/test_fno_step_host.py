@@ -94,6 +94,7 @@ def test_bench_script_compares_caraml_and_plain_on_the_same_data():
 
 
 def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
+    pytest.importorskip("torchkbnufft", reason="PIC2D's CARAML operator needs torchkbnufft (Python >= 3.10)")
     fb = _fno_bench_module()
     monkeypatch.setitem(fb.RUN, "device", "cpu")
     monkeypatch.setitem(fb.RUN, "smoke", True)

@@ -29,6 +29,7 @@ from caraml.workloads.llm_training.config import TrainingConfig
 from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training.model import GPTConfig, attention_kernels, rope_cache
 from caraml.workloads.llm_training.optimizer import MainParams, ZeroOneOptimizer
+from caraml.workloads.llm_training.optimizer import local_tensor as _local
 from caraml.workloads.llm_training.scaler import LossScaler
 
 ADAM_BETAS = (0.9, 0.999)
@@ -38,14 +39,6 @@ ADAM_EPS = 1e-8
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy in fp32 (logits may be vocabulary-sharded DTensors under loss_parallel)."""
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch < 2.5: no public DTensor, and no run that makes one (tp and FSDP2 are refused)
-        return t
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 class GPTBench:

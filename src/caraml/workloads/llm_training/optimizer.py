@@ -17,9 +17,12 @@ import torch.distributed as dist
 import torch.nn as nn
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
-
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor (tensor parallel, FSDP2); any other tensor as it is."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch < 2.5: no public DTensor, and no run that makes one (tp and FSDP2 are refused)
+        return t
     return t.to_local() if isinstance(t, DTensor) else t
 
 
@@ -46,7 +49,7 @@ class MainParams:
     @torch.no_grad()
     def main_to_model(self) -> None:
         for p, m in zip(self.model_params, self.main):
-            _local(p).copy_(_local(m))
+            local_tensor(p).copy_(local_tensor(m))
 
 
 def owners(sizes: list[int], replicas: int) -> list[int]:
@@ -70,7 +73,7 @@ class ZeroOneOptimizer:
         self.ranks = dist.get_process_group_ranks(group)
         self.rank = dist.get_rank(group)
         self.params = [p for g in groups for p in g["params"]]
-        self.owner = owners([_local(p).numel() for p in self.params], len(self.ranks))
+        self.owner = owners([local_tensor(p).numel() for p in self.params], len(self.ranks))
         mine = {id(p) for p, o in zip(self.params, self.owner) if o == self.rank}
         own_groups = [{**g, "params": [p for p in g["params"] if id(p) in mine]} for g in groups]
         own_groups = [g for g in own_groups if g["params"]]
@@ -94,7 +97,7 @@ class ZeroOneOptimizer:
             by_dtype: dict = {}
             for p, o in zip(self.params, self.owner):
                 if o == owner:
-                    by_dtype.setdefault(_local(p).dtype, []).append(_local(p))
+                    by_dtype.setdefault(local_tensor(p).dtype, []).append(local_tensor(p))
             for tensors in by_dtype.values():
                 flat = _flatten_dense_tensors(tensors)
                 dist.broadcast(flat, src=src, group=self.group)
@@ -108,4 +111,4 @@ class ZeroOneOptimizer:
 
     def state_elements(self) -> int:
         """Elements of the parameters whose optimizer state this replica keeps."""
-        return sum(_local(p).numel() for p, o in zip(self.params, self.owner) if o == self.rank)
+        return sum(local_tensor(p).numel() for p, o in zip(self.params, self.owner) if o == self.rank)
