@@ -159,9 +159,11 @@ def test_every_declared_metric_column_reads_a_key_its_workload_emits():
     for name in workloads.names():
         wl = workloads.get(name)
         for col in wl.columns:
-            if not isinstance(col, str) and col.source.startswith("metric:"):
-                key = col.source.split(":", 1)[1].split(".")[0]
-                assert key in set(wl.metrics) | harness_keys, f"{name}: column {col.key} reads {key}, never emitted"
+            # a source may name a fallback: "metric:A|param:B" reads A, else B
+            for source in ([] if isinstance(col, str) else col.source.split("|")):
+                if source.startswith("metric:"):
+                    key = source.split(":", 1)[1].split(".")[0]
+                    assert key in set(wl.metrics) | harness_keys, f"{name}: column {col.key} reads {key}, never emitted"
         assert columns_for(name)  # every declaration builds
 
 
