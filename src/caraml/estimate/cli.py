@@ -66,7 +66,8 @@ def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
                   {"fsdp": "fp32, sharded over dp (FSDP2), parameters gathered in the step",
                    "zero1": "fp32, AdamW's moments sharded over dp (ZeRO-1)"}[cfg.parallel.distributed_optimizer]
                   if sharded else "fp32, not sharded"),
-             _row("half-precision weight copies", gib(mem["half_copies_bytes"]), f"autocast's ({c.precision})"),
+             _row("half-precision weight copies", gib(mem["half_copies_bytes"]),
+                  f"{'Megatron' if c.megatron_precision else 'autocast'}'s ({c.precision})"),
              _row("activations", gib(mem["activations_bytes"]),
                   f"recompute={c.recompute}, sequence_parallel={cfg.parallel.sequence_parallel}"),
              _row("loss (logits)", gib(mem["loss_bytes"]), f"fused_loss={c.fused_loss}"),
