@@ -31,6 +31,12 @@ if str(ROOT / "src") not in sys.path:
 SHARED_DATA = ROOT.parent / "shared" / "data"
 # Bounds on a hang only: under load (2 cores, load average 14) the events come late, never this late.
 HANG_S = 600
+# Threads of a started `caraml` (and of this process's torch): the cores shared among pytest-xdist's workers, at most 2.
+# More threads than cores (2 workers on 2 cores, each process with 2) make OpenMP's waiting threads spin on the cores
+# the other worker needs: the same runs, a quarter more CPU time.
+THREADS = str(max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", THREADS)  # a worker's own torch too (imported later, by the tests)
 
 
 def _nvml_present() -> bool:
@@ -51,7 +57,7 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/ch
 def cli_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "2")
+    env.setdefault("OMP_NUM_THREADS", THREADS)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
