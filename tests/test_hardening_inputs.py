@@ -250,6 +250,26 @@ def test_sweep_python_that_does_not_exist_is_one_line_before_anything_runs(tmp_p
 
 
 # bad input under torchrun: said once, by rank 0 -----------------------------------------------------
+# `caraml run` refusals that need torch (the model from torchvision, the system and the device from the detected
+# device): here, in a process that has imported torch already; tests/test_run.py has those found before torch is
+# imported, each in a process of its own.
+@pytest.mark.parametrize("args, needle", [
+    (("run", "image_classification", "model=resnet5"), "model=resnet5 is not a torchvision classification model"),
+    (("run", "image_classification", "--system", "B200"),
+     "unknown system 'B200'; did you mean H200? known systems: A100"),
+    (("run", "image_classification", "--preset", "smoke", "precision=tf32"), "precision=tf32 exists only on"),
+    (("run", "image_classification", "--preset", "smoke", "device=cuda"), "device=cuda was asked for"),
+])
+def test_run_refusals_that_need_torch_are_one_line_exit_2(tmp_path, capsys, args, needle):
+    results = tmp_path / "results"
+    code, _, err = run_cli(capsys, *args, "--results", results)
+    lines = err.strip().splitlines()
+    assert code == 2 and needle in lines[-1], err
+    assert "Traceback" not in err
+    assert len([line for line in lines if line.startswith("caraml")]) == 1
+    assert not (results / "runs").exists() or not list((results / "runs").glob("*.json"))
+
+
 @pytest.mark.multiprocess
 def test_bad_input_under_torchrun_is_said_once_and_every_rank_exits(tmp_path):
     import subprocess

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import caraml, cli_env
+from conftest import caraml, cli, cli_env
 from handmade import image, write_power_csv
 from power_trees import moving_counter, rapl_tree
 
@@ -66,7 +66,7 @@ def test_real_run_record_reads_and_plots_power(tmp_path, results):
     assert {r["phase"] for r in rows} >= {"warmup", "measure"}
 
     out = tmp_path / "plots"
-    listed = caraml("plot", "power", "--results", results, "--out", out, check=0).stdout.split()
+    listed = cli("plot", "power", "--results", results, "--out", out, check=0).stdout.split()  # reads: in-process
     assert [Path(p).name for p in listed] == [f"power-{record['run_id']}.png", f"power-{record['run_id']}.svg"]
     assert Path(listed[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

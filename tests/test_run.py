@@ -90,9 +90,11 @@ def test_inductor_whole_step(results):
     assert record["metrics"]["warmup"]["compile_s"] > 0
 
 
+# Refusals found before torch is imported, each in a fresh process: its exit status and its whole stderr. Those found
+# after (the model, the system, the device) run in the tests' process, which has torch already imported:
+# tests/test_hardening_inputs.py, test_run_refusals_that_need_torch_are_one_line_exit_2.
 @pytest.mark.parametrize("args, needle", [
     (("run", "nosuch"), "unknown workload 'nosuch'; choose one of: fno, image_classification, llm_training"),
-    (("run", "image_classification", "model=resnet5"), "model=resnet5 is not a torchvision classification model"),
     (("run", "image_classification", "precision=fp64"),
      "precision=fp64 is not valid; did you mean fp16? choose one of: fp32, tf32"),
     (("run", "image_classification", "compile_mode=fast"), "compile_mode=fast is not valid; choose one of: default"),
@@ -102,10 +104,6 @@ def test_inductor_whole_step(results):
     (("run", "image_classification", "colour=red"), "unknown parameter 'colour'; valid parameters:"),
     (("run", "image_classification", "batch_size"), "'batch_size' is not of the form key=value"),
     (("run", "image_classification", "--preset", "huge"), "unknown preset 'huge'; choose one of: smoke, default"),
-    (("run", "image_classification", "--system", "B200"),
-     "unknown system 'B200'; did you mean H200? known systems: A100"),
-    (("run", "image_classification", "--preset", "smoke", "precision=tf32"), "precision=tf32 exists only on"),
-    (("run", "image_classification", "--preset", "smoke", "device=cuda"), "device=cuda was asked for"),
     (("run", "image_classification", "--frobnicate"), "unrecognized arguments: --frobnicate"),
 ])
 def test_bad_input_is_one_line_exit_2(results, args, needle):
