@@ -32,7 +32,8 @@ def smoke(tmp_path_factory) -> Path:
     """Two real smoke runs of one configuration: they must collapse into one row."""
     results = tmp_path_factory.mktemp("smoke") / "results"
     for _ in range(2):
-        caraml("run", "image_classification", "--preset", "smoke", "--results", results, check=0)
+        caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", "--results",
+               results, check=0)
     return results
 
 

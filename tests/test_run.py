@@ -57,9 +57,9 @@ def test_smoke_run_produces_complete_record(results):
 
 
 def test_same_configuration_same_id_different_run_id(results):
-    a, _ = run_json(results, "measure_steps=2")
-    b, _ = run_json(results, "measure_steps=2")
-    c, _ = run_json(results, "measure_steps=3")  # a measurement setting: the same configuration
+    a, _ = run_json(results, "measure_steps=2", "image_size=32")
+    b, _ = run_json(results, "measure_steps=2", "image_size=32")
+    c, _ = run_json(results, "measure_steps=3", "image_size=32")  # a measurement setting: the same configuration
     d, _ = run_json(results, "measure_steps=2", "image_size=40")
     assert a["id"] == b["id"] == c["id"] != d["id"]
     assert a["run_id"] != b["run_id"]
