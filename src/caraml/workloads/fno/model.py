@@ -366,7 +366,7 @@ class ParticleIndexNUFFT(nn.Module):
     def describe(self) -> str:
         p, kx = self.particles, self.block[0]
         how = ("torchkbnufft KbNufft/KbNufftAdjoint" if self.backend == "torchkbnufft"
-               else "torchkbnufft's operator as a dense [2 kX, P] matrix (nufft_backend=matrix)")
+               else "torchkbnufft's operator as a dense [2 kX, P] matrix, float64 products (nufft_backend=matrix)")
         return (f"CARAML's Kaiser-Bessel NUFFT over the particle index (im_size ({p},), grid {2 * p}, trajectory "
                 f"-P/2..P/2-1 rad, norm ortho, float32), first kX={kx} points kept, kY unused: {how}")
 
