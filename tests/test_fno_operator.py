@@ -4,11 +4,13 @@ backend against torchkbnufft), GELU after every Fourier layer, and the PIC2D ope
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 
 pytest.importorskip("torchkbnufft")
 
@@ -93,85 +95,52 @@ def test_pic2d_operator_equals_caramls_torchkbnufft_calls():
     assert torch.allclose(op.inverse(full[:, :, :kx], None, (p,)), back, rtol=0, atol=1e-6)
 
 
-def _tf32(t: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to TF32's 10 mantissa bits (to nearest), as tensor cores read fp32 operands under 'high'."""
-    if t.dtype != torch.float32:
-        return t  # TF32 applies to float32 products only
-    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+def _tf32_study():
+    """bench/pic_tf32_cpu.py: the TF32 emulation and the operator/model results of a backend."""
+    spec = importlib.util.spec_from_file_location("pic_tf32_cpu", ROOT / "bench" / "pic_tf32_cpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class _TF32Product(torch.autograd.Function):
-    """torch.matmul/bmm with TF32-rounded operands, forward and backward (a GPU's 'high' precision on a CPU)."""
-
-    product = staticmethod(torch.matmul)
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return _TF32Product.product(_tf32(a), _tf32(b))
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        ga = _TF32Product.product(_tf32(grad), _tf32(b).transpose(-1, -2)).sum_to_size(a.shape)
-        gb = _TF32Product.product(_tf32(a).transpose(-1, -2), _tf32(grad)).sum_to_size(b.shape)
-        return ga, gb
-
-
-def _backend_results(backend: str, p: int, matrix_dtype=None) -> dict:
-    """CARAML's PIC2D operator alone (spectrum, inverse, gradient w.r.t. its input) and a small FNO on it (output,
-    gradients w.r.t. the input and each weight), from fixed seeds: the same weights and data for every backend."""
-    from caraml.workloads.fno.model import FNO, ParticleIndexNUFFT
-
-    torch.manual_seed(3)
-    op = ParticleIndexNUFFT((4, 4), p, backend)
-    model = FNO(3, 2, 6, (4, 4), 2, kind="kbnufft", particles=p, nufft_backend=backend)
-    if matrix_dtype is not None:  # the products' precision, as the backend runs them
-        op.matrix, model.transform.matrix = op.matrix.to(matrix_dtype), model.transform.matrix.to(matrix_dtype)
-    torch.manual_seed(2)
-    x = torch.randn(2, 6, p, requires_grad=True)
-    spec = op(x, None, False)
-    back = op.inverse(spec * torch.randn(spec.shape), None, (p,))
-    (back * torch.randn(back.shape)).sum().backward()
-    xm = torch.randn(2, 3, p, requires_grad=True)
-    out = model(xm)
-    (out - torch.randn(out.shape)).abs().mean().backward()  # CARAML's L1 loss
-    return {"spectrum": spec.detach(), "inverse": back.detach(), "operator input grad": x.grad,
-            "output": out.detach(), "model input grad": xm.grad,
-            **{f"grad {name}": q.grad for name, q in model.named_parameters()}}
+def _worst(results: dict, reference: dict, rel) -> tuple[float, str]:
+    return max((rel(results[k], reference[k]), k) for k in reference)
 
 
 def _rel_norm(a, b) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-def _worst(results: dict, reference: dict, rel=_rel) -> tuple[float, str]:
-    return max((rel(results[k], reference[k]), k) for k in reference)
-
-
 @pytest.mark.parametrize("p", [96, 3000])
 def test_matrix_backend_equals_torchkbnufft_with_gradients(p):
     """Outputs and gradients w.r.t. the operator's input, the model's input and every weight, within 1e-4 (norm-wise
     and elementwise: largest difference over largest value)."""
-    reference = _backend_results("torchkbnufft", p)
-    results = _backend_results("matrix", p)
+    study = _tf32_study()
+    size = {"particles": p, "batch": 2, "width": 6, "modes": 4, "layers": 2}
+    reference = study.backend_results("torchkbnufft", **size)
+    results = study.backend_results("matrix", **size)
     for rel in (_rel, _rel_norm):
         worst, name = _worst(results, reference, rel)
         assert worst < 1e-4, (rel.__name__, name, worst)
 
 
-def test_matrix_backend_stays_within_1e_4_under_tf32(monkeypatch):
+def test_matrix_backend_stays_within_1e_4_under_tf32():
     """With every float32 product rounded as TF32 does (CARAML's 'high' on a GPU), the matrix backend's float64
     products keep it within 1e-4 of torchkbnufft (which has no matmul); float32 products would be off by more.
     Norm-wise: the model's other products (TF32 for both backends) round inputs that differ in the last float32 bit
     to TF32 values a TF32 step apart now and then, which moves single elements by ~1e-4 whatever the backend."""
-    monkeypatch.setattr(torch, "matmul", _TF32Product.apply)
-    monkeypatch.setattr(torch, "bmm", _TF32Product.apply)
-    reference = _backend_results("torchkbnufft", 3000)
-    worst, name = _worst(_backend_results("matrix", 3000), reference, _rel_norm)
+    study = _tf32_study()
+    x = torch.randn(1000)
+    assert study.tf32_round(x).view(torch.int32).bitwise_and(0x1FFF).eq(0).all()  # 10 mantissa bits left
+    assert ((study.tf32_round(x) - x).abs() <= x.abs() * 2.0 ** -11).all()  # rounded to nearest
+    size, matmul = {"particles": 3000, "batch": 2, "width": 6, "modes": 4, "layers": 2}, torch.matmul
+    with study.emulated_tf32():
+        reference = study.backend_results("torchkbnufft", **size)
+        worst, name = _worst(study.backend_results("matrix", **size), reference, _rel_norm)
+        rounded, _ = _worst(study.backend_results("matrix", matrix_dtype=torch.float32, **size), reference, _rel_norm)
     assert worst < 1e-4, (name, worst)
-    rounded, _ = _worst(_backend_results("matrix", 3000, matrix_dtype=torch.float32), reference, _rel_norm)
     assert rounded > 1e-4, rounded  # the emulation bites: without float64 products the check fails
+    assert torch.matmul is matmul  # restored
 
 
 def test_gelu_after_every_fourier_layer_and_a_4x_projection():
