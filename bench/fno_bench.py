@@ -407,7 +407,7 @@ def _rel_diffs(a, b) -> tuple[float, float]:
             float((a - b).abs().max() / b.abs().max().clamp_min(1e-300)))
 
 
-def _operator_results(pb, size: dict, backend: str, device) -> dict:
+def _operator_results(size: dict, backend: str, device) -> dict:
     """One spectral conv through CARAML's operator alone: forward to the kept kX, a fixed per-mode factor, inverse;
     backward from a fixed cotangent to the operator's input."""
     import torch
@@ -478,8 +478,8 @@ def nufft_check(spec: dict) -> dict:
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")  # CARAML's: TF32 matmuls wherever the device has them
     try:
-        reference = _operator_results(pb, size, "torchkbnufft", device)
-        checks = {"operator": _compare(_operator_results(pb, size, "matrix", device), reference)}
+        reference = _operator_results(size, "torchkbnufft", device)
+        checks = {"operator": _compare(_operator_results(size, "matrix", device), reference)}
         gen = torch.Generator(device="cpu").manual_seed(0)
         p = size["particles"]
         x = torch.randn(size["batch"], pb.in_channels, p, generator=gen)
