@@ -98,9 +98,18 @@ def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
     fb = _fno_bench_module()
     monkeypatch.setitem(fb.RUN, "device", "cpu")
     monkeypatch.setitem(fb.RUN, "smoke", True)
-    monkeypatch.setitem(fb.STEPS, "PIC2D", (1, 2))
-    row = fb.nufft_check(fb.POINTS["PIC2D_nufft_check"])
-    assert row["equal_within_1e-4"] and row["output_rel_diff"] < 1e-4, row
-    assert set(row["backends"]) == {"torchkbnufft", "matrix"} and row["matrix_speedup"] > 0
+    spec = fb.POINTS["PIC2D_nufft_check"]
+    assert spec["compiled"] and "PIC2D_nufft_check" in fb.GROUPS["issue23-pic"]
+    row = fb.nufft_check({**spec, "compiled": False})  # the compiled model: the script's --smoke compiles it
+    assert row["equal_within_1e-4"] and row["matmul_precision"] == "high" and not row["tf32"], row
+    assert set(row["checks"]) == {"operator", "model_eager"}
+    assert set(row["checks"]["operator"]["rel_diff"]) == {"spectrum", "inverse", "input_grad"}
+    assert set(row["checks"]["model_eager"]["rel_diff"]) == {"output", "input_grad", "weight_grads_max"}
+    assert 0 < row["max_rel_diff"] < 1e-4 and row["within_tf32_floor"]
+    assert row["tf32_floor"]["max_rel_diff"] > 0  # the input moved by 2^-24 moves the model's results
     summary = fb.summary({"PIC2D_nufft_check": {**row, "name": "PIC2D_nufft_check"}})
-    assert summary["goals"]["pic2d_matrix_equal_within_1e-4"] is True
+    goals = summary["goals"]
+    assert goals["pic2d_matrix_equal_within_1e-4"] is goals["pic2d_matrix_within_tf32_floor"] is True
+    reference = {"output": torch.randn(50), "grad w": torch.randn(50)}
+    off = fb._compare({"output": reference["output"], "grad w": reference["grad w"] * (1 + 2e-4)}, reference)
+    assert not off["pass"] and off["rel_diff"]["weight_grads_max"] == pytest.approx(2e-4, rel=1e-3)

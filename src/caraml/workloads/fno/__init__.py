@@ -109,7 +109,7 @@ PARAMS = [
           "positions, kX x kY kept)", choices=("caraml", "grid2d")),
     Param("nufft_backend", str, "torchkbnufft", "PIC2D's CARAML operator computed by torchkbnufft (as CARAML) or as "
           "matrix (torchkbnufft's operator at the kept modes, taken once as a dense matrix: the same results, "
-          "matmuls)", choices=("torchkbnufft", "matrix")),
+          "float64 matmuls whatever TF32 says)", choices=("torchkbnufft", "matrix")),
     Param("caraml_version", str, "none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
           "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and fp16, compiled "
           "training) or 2026.02 (batch 4, validation batch 1, fp32, eager); none: not one of CARAML's",

@@ -50,6 +50,10 @@ PROJECTION_EXPANSION = 4  # hidden width of the projection / width: CARAML's cha
 KB_WIDTH = 4  # Kaiser-Bessel kernel width in grid points (NUFFT)
 KB_OVERSAMPLING = 2  # oversampling of the NUFFT grid
 NUFFT_BACKENDS = ("torchkbnufft", "matrix")  # how CARAML's PIC2D operator is computed (the same operator)
+# nufft_backend=matrix's products: float64 is exact for float32 operands whatever TF32 or torch.compile do, one cast
+# and one GEMM each (3xTF32, hi/lo splits, would be three GEMMs plus bit masks); the matrices are only P x 2 kX,
+# so FP64 tensor cores (H100/H200: the FP32 SIMT rate) keep the backend far ahead of torchkbnufft
+MATRIX_PRODUCT_DTYPE = torch.float64
 
 
 class Pointwise(nn.Module):
@@ -316,6 +320,9 @@ class ParticleIndexNUFFT(nn.Module):
     backend 'matrix': the kept points' forward is a fixed [kX, P] complex matrix, the conjugate transpose of the
     adjoint's A; A is taken once from KbNufftAdjoint of the kX unit vectors (float32, the same rounding) and
     stored as G = [Re A; -Im A] [2 kX, P]: forward (re | im) = x G^T, inverse = (re | im) G, two real matmuls.
+    The products run in float64 (MATRIX_PRODUCT_DTYPE), whatever the float32 matmul precision: under TF32 (CARAML's
+    'high') their sums over P particles were off by ~5e-4 relative and the spectral weights' gradients by up to
+    8e-3 (emulated on a CPU; 8e-4 measured on an H200), while torchkbnufft interpolates without matmuls.
 
     On the meta device (FLOP counting) torchkbnufft cannot run (it reads sizes from its buffers): the FFTs it
     runs (complex, 2P points, forward and adjoint) stand in on the shapes; its interpolation is a gather, which
@@ -337,7 +344,7 @@ class ParticleIndexNUFFT(nn.Module):
         self.register_buffer("trajectory", kept, persistent=False)
         if self.shapes_only:
             if backend == "matrix":
-                self.register_buffer("matrix", torch.empty(2 * kx, p), persistent=False)
+                self.register_buffer("matrix", torch.empty(2 * kx, p, dtype=MATRIX_PRODUCT_DTYPE), persistent=False)
             return
         with torch.device("cpu"):
             from torchkbnufft import KbNufft, KbNufftAdjoint
@@ -351,14 +358,15 @@ class ParticleIndexNUFFT(nn.Module):
                 raise ValueError(f"torchkbnufft cannot place the first {kx} trajectory points at {p} particles in "
                                  f"float32 ({str(exc).splitlines()[-1][:120]}); try other particles or modes") from None
         if backend == "matrix":
-            self.register_buffer("matrix", torch.cat([a.real, -a.imag]).contiguous(), persistent=False)
+            matrix = torch.cat([a.real, -a.imag]).to(MATRIX_PRODUCT_DTYPE).contiguous()  # exact: float32 values
+            self.register_buffer("matrix", matrix, persistent=False)
         else:
             self.nufft, self.adjoint = KbNufft(im_size=(p,), grid_size=(2 * p,)), adjoint
 
     def describe(self) -> str:
         p, kx = self.particles, self.block[0]
         how = ("torchkbnufft KbNufft/KbNufftAdjoint" if self.backend == "torchkbnufft"
-               else "torchkbnufft's operator as a dense [2 kX, P] matrix (nufft_backend=matrix)")
+               else "torchkbnufft's operator as a dense [2 kX, P] matrix, float64 products (nufft_backend=matrix)")
         return (f"CARAML's Kaiser-Bessel NUFFT over the particle index (im_size ({p},), grid {2 * p}, trajectory "
                 f"-P/2..P/2-1 rad, norm ortho, float32), first kX={kx} points kept, kY unused: {how}")
 
@@ -371,7 +379,8 @@ class ParticleIndexNUFFT(nn.Module):
         b, c, p = x.shape
         kx = self.block[0]
         if self.backend == "matrix":
-            spec = torch.matmul(x, self.matrix.t().to(x.dtype)).view(b, c, 2, kx).transpose(-1, -2)  # [B, C, kX, 2]
+            spec = torch.matmul(x.to(self.matrix.dtype), self.matrix.t()).to(x.dtype)
+            spec = spec.view(b, c, 2, kx).transpose(-1, -2)  # [B, C, kX, 2]
             return torch.view_as_complex(spec.contiguous()) if complex_out else spec
         z = x.to(torch.complex64).reshape(b * c, 1, p)
         if self.shapes_only:
@@ -387,7 +396,8 @@ class ParticleIndexNUFFT(nn.Module):
         if self.backend == "matrix":
             if y.is_complex():
                 y = torch.view_as_real(y)
-            return torch.matmul(y.transpose(-1, -2).reshape(b, c, 2 * kx), self.matrix.to(y.dtype))
+            flat = y.transpose(-1, -2).reshape(b, c, 2 * kx)
+            return torch.matmul(flat.to(self.matrix.dtype), self.matrix).to(y.dtype)
         z = y if y.is_complex() else torch.view_as_complex(y.contiguous())
         z = z.to(torch.complex64).reshape(b * c, 1, kx)
         if self.shapes_only:
