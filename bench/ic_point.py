@@ -207,6 +207,9 @@ def run_point(name: str, params: list, knobs: dict, out: Path, warmup: int, step
         trace.unlink()
     except Exception as exc:  # noqa: BLE001 - the trace is a convenience; the table is the result
         print(f"ic_point: {name}: no trace ({exc})", file=sys.stderr)
+    if cuda and kernels and sum(k["ms_per_step"] for k in kernels.values()) < 0.1 * step_ms:
+        print(f"ic_point: {name}: the profile saw kernels for under 10 % of the step (CUDA graph kernels not "
+              "traced?); the Chrome trace shows what it did see", file=sys.stderr)
     info = bench.info
     row = {"name": name, "status": "ok", "images_per_s": batch * steps / window_s, "step_ms": step_ms,
            "batch_size": batch, "first_step_s": first_step_s, "warmup_s": warmup_s, "measured_steps": steps,
