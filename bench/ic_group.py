@@ -126,6 +126,8 @@ def table(rows: list) -> list:
                      f"{f(r.get('first_step_s'), '6.1f')} {f(r.get('wall_s'), '6.0f')}")
         if r["status"] != "ok":
             lines.append(f"    {r['status']} {str(r.get('error', ''))[-600:]}")
+        if r.get("profile_note"):
+            lines.append(f"    profile: {r['profile_note']}")
         if (r.get("knobs") or {}).get("missing"):
             lines.append(f"    not applied (this torch lacks them): {', '.join(r['knobs']['missing'])}")
     return lines
