@@ -59,6 +59,7 @@ GROUPS = {
             "max_autotune_pointwise": False, "coordinate_descent_tuning": False}}, expect_s=180),
     },
 }
+MLPERF_IMAGES_PER_S = 7950  # ResNet50 training per H200 in MLPerf (issue 23)
 CPU_PARAMS = {"batch_size=512": "batch_size=8"}  # self-check: the batch point doubles the tiny batch
 
 
@@ -133,6 +134,16 @@ def table(rows: list) -> list:
     return lines
 
 
+def to_mlperf(rows: list) -> list:
+    """How far the baseline's step is from MLPerf's per-H200 rate at the same batch."""
+    base = next((r for r in rows if r.get("images_per_s")), None)
+    if not base:
+        return []
+    target_ms = base["batch_size"] / MLPERF_IMAGES_PER_S * 1e3
+    return [f"MLPerf's ≈ {MLPERF_IMAGES_PER_S:,} images/s per H200 is {target_ms:.2f} ms per step of "
+            f"{base['batch_size']}: {base['name']} takes {base['step_ms']:.2f} ms ({base['step_ms'] - target_ms:+.2f})"]
+
+
 def breakdown_lines(row: dict, top: int = 4) -> list:
     """The profile of one point: ms per step and share by category, with each category's top kernels."""
     p = row["profile"]
@@ -178,6 +189,8 @@ def main(argv: list) -> int:
                   "self_check": args.self_check, "rows": rows}
         (out / "ic_group.json").write_text(json.dumps(report, indent=1))
     lines = table(rows)
+    if not args.self_check:
+        lines += to_mlperf(rows)
     for r in rows:
         if r.get("profile"):
             lines += [""] + breakdown_lines(r)

@@ -90,6 +90,10 @@ def test_table_states_each_point_against_the_baseline_and_skips_in_words():
     assert lines[2].split()[:4] == ["batch512", "ok", "6720", "1.050"]
     assert " 50.0 " in lines[1] and " 5.0 " in lines[1]  # conv share, idle share
     assert "skipped: needs ≈ 180 s" in lines[-1]
+    rows[0].update(batch_size=256, step_ms=40.0)
+    assert ic_group.to_mlperf(rows) == ["MLPerf's ≈ 7,950 images/s per H200 is 32.20 ms per step of 256: baseline "
+                                        "takes 40.00 ms (+7.80)"]
+    assert ic_group.to_mlperf(rows[2:]) == []
 
 
 def _ic_bench(*args, timeout=300):
