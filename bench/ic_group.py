@@ -65,8 +65,8 @@ CPU_PARAMS = {"batch_size=512": "batch_size=8"}  # self-check: the batch point d
 
 def run(name: str, point: Point, out: Path, timeout: float, self_check: bool) -> dict:
     common = CPU_COMMON if self_check else GPU_COMMON
-    params = [p.split("=", 1)[0] for p in point.params]
-    merged = [p for p in common if p.split("=", 1)[0] not in params]
+    overridden = {p.split("=", 1)[0] for p in point.params}
+    merged = [p for p in common if p.split("=", 1)[0] not in overridden]
     merged += [CPU_PARAMS.get(p, p) if self_check else p for p in point.params]
     steps = ["--warmup", "2", "--steps", "3"] if self_check else ["--warmup", "15", "--steps", "100"]
     cmd = [sys.executable, str(ROOT / "bench" / "ic_point.py"), "--name", name, "--params", json.dumps(merged),
