@@ -1,10 +1,13 @@
 """Image-classification benchmark on one GPU: `caraml run` against a plain training loop.
 
     PYTHONPATH=src python3 bench/ic_bench.py [OUT_DIR] [--only NAME,...]
+    PYTHONPATH=src python3 bench/ic_bench.py [OUT_DIR] --group=issue23 [--only NAME,...] [--budget S] [--self-check]
 
 ResNet50, batch 256, bf16, channels_last, synthetic data on the GPU. Each point is its own process.
 The plain loop (bench/plain_loop.py) at the same settings measures the harness's own overhead.
 Prints a table and writes ic_bench.json into OUT_DIR, or $OUT, or ./bench-out.
+
+--group=issue23: where the rest of the way to MLPerf's per-GPU rate goes (ic_group.py).
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def run(name: str, spec, results: Path, timeout: float) -> dict:
 
 
 def main() -> None:
+    if any(a.startswith("--group") for a in sys.argv[1:]):
+        import ic_group
+
+        sys.exit(ic_group.main(sys.argv[1:]))
     args = [a for a in sys.argv[1:] if not a.startswith("--only")]
     only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")), list(POINTS))
     unknown = [name for name in only if name not in POINTS]
