@@ -149,3 +149,20 @@ def test_estimate_of_a_resolved_point_matches_the_layout():
     est = estimate.estimate(wl, values, {"devices_per_node": 4, "peak_tflops": {"fp16": 312.0}}, 4)
     assert est["layout"]["dp"] == 4 and est["fits"] is None and est["compute_s"] > 0
     assert est["time_per_iteration_s"] is None and est["missing_links"] == ["intra_node"]  # dp's gradients
+
+
+def test_the_gpu_bench_sets_the_plans_time_beside_the_measured_one():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "llm_bench.py"
+    spec = importlib.util.spec_from_file_location("llm_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    values = resolve(RunSpec("llm_training", {"precision": "bf16", "micro_batch_size": 16}, "800M")).values
+    est = bench.plan_estimate(values)
+    row = bench.plan_time(values, 2 * est["time_per_iteration_s"])
+    assert row["plan_time_per_iteration_s"] == est["time_per_iteration_s"] > 0
+    assert row["time_vs_plan"] == pytest.approx(2.0) and row["plan_tokens_per_s"] == est["tokens_per_s"]
+    assert bench.plan_time({"model_size": "no such size"}, 1.0)["time_vs_plan"] is None
+    assert bench.plan_memory_gib(values) == pytest.approx(est["memory"]["total_bytes"] / 2 ** 30)
