@@ -111,8 +111,9 @@ def test_eager_layer_bytes_are_what_autograd_saves(precision, recompute, dropout
         assert kept + logits / 3 + embedding_mask == pytest.approx(outside, rel=0.001)  # the log-softmax kept
 
 
-@pytest.mark.parametrize("precision,recompute,ffn", [("bf16", "none", FFN), ("bf16", "none", 2 * H),
-                                                     ("bf16", "selective", FFN), ("fp8", "none", FFN)])
+# each case compiles four graphs (about 10 s on this CPU): the f-dependence is pinned eager (the same terms)
+@pytest.mark.parametrize("precision,recompute,ffn", [("bf16", "none", FFN), ("bf16", "selective", FFN),
+                                                     ("fp8", "none", 2 * H)])
 def test_compiled_layer_bytes_are_what_inductors_partitioner_saves(precision, recompute, ffn):
     layer, outside = per_token(compiled_saved, _cfg(recompute, ffn=ffn), precision)
     assert _estimate(precision, recompute, True, ffn=ffn) == pytest.approx(layer, rel=0.01)
