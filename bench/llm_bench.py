@@ -48,7 +48,8 @@ Issue 23 (each a group of caraml points, bf16 first, the others' tokens/s as a r
                       here), micro-batch 4: bf16 | fp8, the last loss compared (goal: within 1 %)
     levers            micro-batch 16, bf16: plain | fused_loss=chunked | gelu_epilogue | fused_norm_residual
                       (| fused_loss=liger where liger-kernel imports)
-Every caraml row also carries caraml plan's memory estimate (plan GiB) beside the measured peak memory, and for
+Every caraml row also carries caraml plan's memory estimate (plan GiB) beside the measured peak memory, its time
+per iteration (plan s/it, at its default efficiency 0.5) beside the measured one and their ratio (vs plan), and for
 fp8 the MFU against the fp8 and the bf16 peak. Without torchao the fp8 points are skipped, said in one line.
 Four commands of <= 9 minutes each on one H200 (each caraml point compiles for about a minute; see
 docs/performance.md):
@@ -187,6 +188,7 @@ def caraml_point(name: str, extra: list[str], out: Path, steps: int, warmup: int
             "caraml_mfu": m.get("mfu"), "caraml_tflops_per_device": m.get("tflops_per_device"),
             "tflops_caraml_formula": m.get("tflops_caraml_per_device"),
             "time_per_iteration_s": m.get("time_per_iteration_s"),
+            **plan_time(record.get("params") or {}, m.get("time_per_iteration_s")),
             "step_median_ms": ((m.get("step_time_s") or {}).get("median") or 0) * 1e3,
             "step_p90_ms": ((m.get("step_time_s") or {}).get("p90") or 0) * 1e3,
             "compile_s": (m.get("warmup") or {}).get("compile_s"), "loss": m.get("loss"),
@@ -274,16 +276,30 @@ def crosscheck_point(timeout_end: float) -> dict:
             "control_max_relative_difference": spread, "loss_first": [a[0], b[0]], "loss_last": [a[-1], b[-1]]}
 
 
-def plan_memory_gib(params: dict) -> float | None:
-    """caraml plan's memory estimate per device for a point's parameters on one H200 (GiB); None if it has none."""
+def plan_estimate(params: dict) -> dict | None:
+    """caraml plan's estimate of a point's parameters on one H200 (estimate.estimate's dict); None if it has none."""
     from caraml import estimate, systems, workloads
     from caraml.errors import BadInput
 
     try:
-        est = estimate.estimate(workloads.get("llm_training"), params, systems.get("H200"), 1)
+        return estimate.estimate(workloads.get("llm_training"), params, systems.get("H200"), 1)
     except (BadInput, KeyError, TypeError):
         return None
-    return est["memory"]["total_bytes"] / 2**30
+
+
+def plan_memory_gib(params: dict) -> float | None:
+    """caraml plan's memory estimate per device for a point's parameters on one H200 (GiB); None if it has none."""
+    est = plan_estimate(params)
+    return est["memory"]["total_bytes"] / 2**30 if est else None
+
+
+def plan_time(params: dict, measured_s: float | None) -> dict:
+    """caraml plan's time per iteration on one H200 (its default efficiency, 0.5 of the peak) beside the measured
+    one: the compute estimate's cross-check (issue 23, section 5); measured / plan > 1: slower than planned."""
+    est = plan_estimate(params)
+    plan_s = est["time_per_iteration_s"] if est else None
+    return {"plan_time_per_iteration_s": plan_s, "plan_tokens_per_s": est["tokens_per_s"] if est else None,
+            "time_vs_plan": measured_s / plan_s if plan_s and measured_s else None}
 
 
 # fp8 and the fusion levers (issue 23), each a pair or a group of caraml points --------------------------------------
@@ -607,7 +623,8 @@ def main() -> None:
         save()
 
     print(f"{'point':<32} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'CARAML':>7} {'MFU':>6} {'ratio':>6} "
-          f"{'peak GiB':>8} {'plan GiB':>8} {'compile s':>9} {'wall s':>6}  loss")
+          f"{'peak GiB':>8} {'plan GiB':>8} {'s/it':>7} {'plan s/it':>9} {'vs plan':>7} {'compile s':>9} "
+          f"{'wall s':>6}  loss")
     for r in rows:
         def f(key, fmt, r=r):
             v = r.get(key)
@@ -620,7 +637,8 @@ def main() -> None:
         ratio = next((k for k in ("ratio_to_megatron", "ratio_to_plain", "ratio") if k in r), "ratio")
         print(f"{r['name']:<32} {r['status'][:8]:<8} {f('tokens_per_s', '10.0f')} {f('tflops_6n', '8.1f')} "
               f"{f('tflops_caraml_formula', '7.1f')} {f('mfu', '6.3f')} {f(ratio, '6.3f')} "
-              f"{f('peak_memory_gib', '8.1f')} {f('plan_memory_gib', '8.1f')} {f('compile_s', '9.1f')} "
+              f"{f('peak_memory_gib', '8.1f')} {f('plan_memory_gib', '8.1f')} {f('time_per_iteration_s', '7.3f')} "
+              f"{f('plan_time_per_iteration_s', '9.3f')} {f('time_vs_plan', '7.2f')} {f('compile_s', '9.1f')} "
               f"{f('wall_s', '6.0f')}  {loss_text}{'  ' + mfu if mfu else ''}")
         if r["name"] == "crosscheck" and "max_relative_difference" in r:
             print(f"  native vs {r['against']}: {CROSSCHECK_STEPS} losses, max relative difference "

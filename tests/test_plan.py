@@ -35,15 +35,28 @@ def test_memory_of_one_device_by_hand():
     assert mem["parameters_per_device"] == params == 132_864
     assert mem["states_bytes"] == 16 * params  # fp32 parameters, gradients, two AdamW moments
     assert mem["half_copies_bytes"] == 0  # fp32: no autocast copies
-    assert mem["activations_bytes"] == 2 * (26 + 4 * f / h) * s * b * h == 688_128
-    assert mem["loss_bytes"] == 10 * b * s * 512 == 655_360
-    assert mem["total_bytes"] == 16 * params + 688_128 + 655_360
+    # per token and layer, fp32 eager (a = 4): norms' and q/k/v/MLP inputs 4*a*h + the norms' statistics 16; q/k/v
+    # product 3*a*h, rotated q and k 2*a*h, attention output a*h, log-sum-exp 4 per head, GELU in and out 2*a*f
+    per_token = (4 * 4 * h + 16) + (6 * 4 * h + 2 * 4 * f + 4 * 4)
+    assert mem["activations_bytes"] == 2 * per_token * s * b == 1_187_840
+    # token ids 8, final norm's and output layer's inputs 2*a*h, statistics 8; the loss's worst moment: 12 bytes
+    # per logit (the fp32 log-softmax kept, the incoming gradient and the result)
+    assert mem["loss_bytes"] == (8 + 2 * 4 * h + 8) * b * s + 12 * 512 * b * s == 854_016
+    assert mem["gradients_bytes"] == 4 * params and mem["accumulated_gradients_bytes"] == 0
+    assert mem["peak_at"] == "backward"  # the gradients are not there yet: 12 bytes per parameter
+    assert mem["total_bytes"] == 12 * params + 1_187_840 + 854_016 + llm.CUDA_WORKSPACE_BYTES
     bf16 = llm.memory(_cfg(precision="bf16", recompute="selective", fused_loss="chunked"),
                       llm.Layout(devices=1, devices_per_node=1, tp=1, pp=1, dp=1))
     assert bf16["half_copies_bytes"] == 2 * params
-    assert bf16["activations_bytes"] == 2 * (24 + 4 * f / h) * s * b * h
+    # a = 2; selective recompute drops only the log-sum-exp (eager keeps the attention output as wo's input)
+    assert bf16["activations_bytes"] == 2 * ((8 * h + 16) + (12 * h + 4 * f)) * s * b
     full = llm.memory(_cfg(recompute="full"), llm.Layout(devices=1, devices_per_node=1, tp=1, pp=1, dp=1))
-    assert full["activations_bytes"] == (2 * 2 + 42) * s * b * h  # each block's input, and one block rebuilt
+    assert full["activations_bytes"] == (2 * 4 * h + per_token) * s * b  # each block's input; one block rebuilt
+    compiled = llm.memory(_cfg(precision="bf16", compile="inductor"),
+                          llm.Layout(devices=1, devices_per_node=1, tp=1, pp=1, dp=1))
+    # inductor keeps the norms' statistics in bf16 and, for the loss, the bf16 logits and their gradient
+    assert compiled["activations_bytes"] == 2 * ((8 * h + 8) + (12 * h + 4 * f + 16)) * s * b
+    assert compiled["loss_bytes"] == (8 + 4 * h + 8) * b * s + 4 * 512 * b * s
 
 
 def test_sharded_states_and_a_pipeline_by_hand():
@@ -55,7 +68,9 @@ def test_sharded_states_and_a_pipeline_by_hand():
     assert mem["parameters_per_device"] == params == 66_368
     assert mem["states_bytes"] == 16 * params / 2 + 4 * params  # sharded over dp = 2, gathered in the step
     # sequence parallel: everything / tp; 2 layers per stage; 2 micro-batches in flight on the first stage
-    assert mem["activations_bytes"] == (12 + 12 + 16) / 2 * 64 * 2 * 64 * 2 * 2
+    per_token = ((4 * 4 * 64 + 16) + (6 * 4 * 64 + 2 * 4 * 256 + 4 * 4 - 4 * 4)) / 2  # fp32, selective, / tp
+    assert mem["activations_bytes"] == per_token * 64 * 2 * 2 * 2 == 1_183_744
+    assert mem["accumulated_gradients_bytes"] == 4 * params / 2  # 4 micro-batches: the earlier ones' gradients
     assert mem["loss_bytes"] == 0  # the first stage is the busiest
 
 
@@ -134,3 +149,20 @@ def test_estimate_of_a_resolved_point_matches_the_layout():
     est = estimate.estimate(wl, values, {"devices_per_node": 4, "peak_tflops": {"fp16": 312.0}}, 4)
     assert est["layout"]["dp"] == 4 and est["fits"] is None and est["compute_s"] > 0
     assert est["time_per_iteration_s"] is None and est["missing_links"] == ["intra_node"]  # dp's gradients
+
+
+def test_the_gpu_bench_sets_the_plans_time_beside_the_measured_one():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "llm_bench.py"
+    spec = importlib.util.spec_from_file_location("llm_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    values = resolve(RunSpec("llm_training", {"precision": "bf16", "micro_batch_size": 16}, "800M")).values
+    est = bench.plan_estimate(values)
+    row = bench.plan_time(values, 2 * est["time_per_iteration_s"])
+    assert row["plan_time_per_iteration_s"] == est["time_per_iteration_s"] > 0
+    assert row["time_vs_plan"] == pytest.approx(2.0) and row["plan_tokens_per_s"] == est["tokens_per_s"]
+    assert bench.plan_time({"model_size": "no such size"}, 1.0)["time_vs_plan"] is None
+    assert bench.plan_memory_gib(values) == pytest.approx(est["memory"]["total_bytes"] / 2 ** 30)

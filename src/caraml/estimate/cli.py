@@ -62,18 +62,23 @@ def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
              f"{lay['devices']} devices: tp={lay['tp']} pp={lay['pp']} dp={lay['dp']}, micro-batch "
              f"{b.micro_batch_size} x {b.grad_accumulation}, {est['tokens_per_iteration']:,} tokens per iteration",
              f"memory per device (the busiest stage), {mem['parameters_per_device'] / 1e6:,.0f} M parameters:",
-             _row("parameters, gradients, AdamW state", gib(mem["states_bytes"]),
+             _row("parameters and AdamW state", gib(mem["states_bytes"] - mem["gradients_bytes"]),
                   {"fsdp": "fp32, sharded over dp (FSDP2), parameters gathered in the step",
                    "zero1": "fp32, AdamW's moments sharded over dp (ZeRO-1)"}[cfg.parallel.distributed_optimizer]
                   if sharded else "fp32, not sharded"),
+             _row("gradients at the backward's start", gib(mem["accumulated_gradients_bytes"]),
+                  "the earlier micro-batches'" if b.grad_accumulation > 1 else "none yet (set to None after a step)"),
              _row("half-precision weight copies", gib(mem["half_copies_bytes"]),
                   f"{'Megatron' if c.megatron_precision else 'autocast'}'s ({c.precision})"),
              _row("activations", gib(mem["activations_bytes"]),
-                  f"recompute={c.recompute}, sequence_parallel={cfg.parallel.sequence_parallel}"),
-             _row("loss (logits)", gib(mem["loss_bytes"]), f"fused_loss={c.fused_loss}"),
-             _row("total", gib(mem["total_bytes"]),
-                  (f"of {capacity / GIB:.0f} GiB: " + ("fits" if est["fits"] else "DOES NOT FIT")) if capacity
-                  else "(no memory size in the profile)"),
+                  f"recompute={c.recompute}, compile={c.compile}, sequence_parallel={cfg.parallel.sequence_parallel}"),
+             _row("loss (logits)", gib(mem["loss_bytes"]), f"fused_loss={c.fused_loss}, at its worst moment"),
+             _row("cuBLAS workspace", gib(mem["workspace_bytes"]), "handed out by the CUDA caching allocator"),
+             _row("total (peak)", gib(mem["total_bytes"]),
+                  ("at the backward's start" if mem["peak_at"] == "backward" else
+                   f"at the optimizer step (all {gib(mem['gradients_bytes'])} of gradients, no activations)")
+                  + (f"; of {capacity / GIB:.0f} GiB: " + ("fits" if est["fits"] else "DOES NOT FIT") if capacity
+                     else "; no memory size in the profile")),
              _row("pipeline bubble (pp-1)/(m+pp-1)", f"{est['bubble']:.1%}")]
     for group in ("tp", "pp", "dp"):
         volume = est["communication"][f"{group}_bytes"]

@@ -2,19 +2,21 @@
 per iteration, and from them a time per iteration and tokens/s. Plain arithmetic, no torch.
 
 Memory (bytes per device, the busiest stage: the first, which holds the embedding and, under 1F1B, pp
-micro-batches in flight):
+micro-batches in flight), at the peak: the start of the backward, or the optimizer step if larger:
 - states: fp32 parameters (4), fp32 gradients (4), AdamW's two fp32 moments (8) per parameter; under the
   distributed optimizer (FSDP2) all three sharded over dp, the parameters kept gathered from forward to backward
-  (+4 per parameter); plus the bf16/fp16 copies autocast keeps of the weights during the step (+2).
-- activations per layer and micro-batch, in units of s*b*h bytes (s sequence, b micro-batch, h width, f MLP
-  width), as autograd saves them with SDPA's flash/cuDNN kernels (no s^2 terms): the two LayerNorms' fp32 inputs
-  8, q/k/v input 2, the q/k/v output 6 plus rotated q and k 4, the attention output 2 and its reshaped copy 2,
-  the MLP input 2; MLP 4*f/h (the GELU's input and output) -- 26 + 4f/h (42 at f = 4h). Selective recompute keeps
-  the attention core's inputs, not its output (-2); full recompute keeps each block's input (2) and rebuilds one
-  block at a time. Divided by tp under sequence parallelism (without it only the tp-split parts). Micro-batches
-  in flight: 1 without a pipeline, pp on the first stage under 1F1B.
-- the loss, on the last stage: the logits in the half precision (2), their fp32 copy (4) and log-softmax (4)
-  per token and vocabulary entry: 10*b*s*V/tp at once (fused_loss: one chunk of rows).
+  (+4 per parameter), under ZeRO-1 the moments; plus the half-precision weights (2): autocast's copies kept for
+  the backward, or Megatron's half-precision parameters (fp8: float8 copies of the blocks' product weights, 1).
+  At the start of the backward the gradients are not there (zero_grad(set_to_none)) unless earlier micro-batches
+  left theirs (gradient accumulation; Megatron's in the half precision).
+- activations per layer and token, as our model (model.py) saves them for the backward, counted on the CPU
+  eager and compiled (activation_bytes; tests/test_estimate_activations.py pins it): 20h + 4f bytes in the half
+  precision, eager or compiled (36h at f = 4h). Divided by tp under sequence parallelism (without it only the
+  tp-split parts). Micro-batches in flight: 1 without a pipeline, pp on the first stage under 1F1B.
+- the loss, on the last stage (head_bytes): eager, 12 bytes per token and vocabulary entry at the worst moment
+  (the fp32 log-softmax kept, the incoming gradient and the result); compiled, 4 (the bf16 logits and their
+  gradient); fused_loss: one chunk of rows.
+- the cuBLAS workspace the CUDA caching allocator hands out (CUDA_WORKSPACE_BYTES).
 Time: FLOPs by the record's convention (6N + 12*L*h*s per token; recompute adds its forward), at `efficiency` x
 the profile's peak for the precision; x (m + pp - 1)/m for the pipeline; plus communication not overlapped.
 Communication per iteration per device (ring collectives move 2(n-1)/n of the data for an all-reduce,
@@ -53,18 +55,62 @@ def bubble(pp: int, micro_batches: int) -> float:
     return (pp - 1) / (micro_batches + pp - 1)
 
 
-def activation_units(ffn_over_h: float, recompute: str) -> tuple[float, float]:
-    """Bytes per s*b*h one transformer layer keeps for the backward (see the module's text), as (the part every
-    tensor-parallel rank holds whole without sequence parallelism: the norms' inputs, the q/k/v and MLP inputs;
-    the part split by tp)."""
+# The CUDA caching allocator's own share of the measured peak (torch.cuda.max_memory_allocated): the cuBLAS/cuBLASLt
+# workspace it allocates for the stream, 4096 KiB x 8 = 32 MiB on Hopper (PyTorch's default CUBLAS_WORKSPACE_CONFIG
+# ":4096:8" for sm_90, aten/src/ATen/cuda/CublasHandlePool.cpp). Blocks are rounded to 512 bytes (negligible), and
+# what the allocator reserves beyond what it hands out is not in max_memory_allocated, so not here either.
+CUDA_WORKSPACE_BYTES = 32 * 2 ** 20
+FP8_BYTES = 1
+
+
+def activation_bytes(h: int, f: int, heads: int, precision: str, recompute: str, compiled: bool,
+                     hidden_dropout: float = 0.0, activation: str = "gelu", mask_bytes: int = 1) -> tuple[float, float]:
+    """Bytes per token one transformer layer keeps for the backward, as (the part every tensor-parallel rank holds
+    whole without sequence parallelism; the part split by tp). Counted on the CPU from autograd's saved tensors
+    (eager) and from the inputs of AOT autograd's backward graph under inductor's partitioner (compiled):
+    tests/test_estimate_activations.py pins this against those counts. With a = the activations' bytes (2 in
+    fp16/bf16/fp8, 4 in fp32):
+    - whole: the two LayerNorms' inputs and the q/k/v and MLP inputs, a*h each; the norms' mean and rstd, 4 bytes
+      each (fp32 eager; inductor keeps them in the half precision: 2);
+    - split: the q/k/v product kept whole (3a*h: v is a view of it), the rotated q and k (2a*h), the attention
+      output, which is also the output projection's input (a*h), the attention's log-sum-exp (4 per head), the
+      GELU's input and output (2a*f; SwiGLU: its two inputs and the product, 3a*f).
+    selective recompute drops the log-sum-exp; compiled, also the attention output (eager keeps it as the output
+    projection's input). full keeps each block's input (a*h). fp8 (torchao): eager, its autograd function keeps
+    the high-precision inputs (as bf16); compiled, inductor keeps the four products' inputs as float8 copies
+    (1 byte) and the GELU's output only as that copy: -(3h + 2f) (measured). hidden dropout: the mask of each
+    of the two dropouts, h elements of `mask_bytes` (1: CUDA's fused dropout keeps a bool mask; on a CPU
+    F.dropout multiplies by a mask in the activations' dtype)."""
+    a = 4 if precision == "fp32" else 2
     if recompute == "full":
-        return 2.0, 0.0
-    split = 14.0 + 4.0 * ffn_over_h  # q/k/v output 6, rotated q, k 4, attention output 2 + copy 2; MLP 4f/h
-    return 12.0, split - 2.0 if recompute == "selective" else split
+        return float(a * h), 0.0
+    stats = 2 * 2 * (2 if compiled and a == 2 else 4)
+    whole = 4.0 * a * h + stats
+    up = 3 if activation == "swiglu" else 2
+    split = 6.0 * a * h + up * a * f + 4 * heads
+    if recompute == "selective":
+        split -= 4 * heads + (a * h if compiled else 0)
+    if precision == "fp8" and compiled:  # the q/k/v, output projection and MLP inputs kept as float8 copies
+        whole -= 2 * (a - FP8_BYTES) * h
+        split -= (a - FP8_BYTES) * (h + 2 * f)  # and the GELU's output only as that float8 copy
+    whole += 2 * h * mask_bytes * (hidden_dropout > 0)
+    return whole, split
+
+
+def head_bytes(h: int, vocab: int, precision: str, compiled: bool) -> tuple[float, float]:
+    """Bytes per token outside the layers on the last stage, as (kept for the backward apart from the logits: the
+    token ids 8, the final LayerNorm's input and the output layer's input a*h each, its mean and rstd; the
+    logits' share at the loss's worst moment, per token). Eager: cross-entropy keeps the fp32 log-softmax (4V);
+    its backward holds it, the incoming gradient and its result, all fp32: 12V. Compiled: the half-precision
+    logits are kept (2V) and the fused backward writes the half-precision gradient beside them: 4V."""
+    a = 4 if precision == "fp32" else 2
+    kept = 8 + 2 * a * h + 8
+    return kept, (2 * a if compiled else 12) * vocab
 
 
 def memory(cfg, layout: Layout) -> dict:
-    """Bytes per device on the busiest stage, by part."""
+    """Bytes per device on the busiest stage, by part, at the peak: the start of the backward (every activation
+    kept, the loss's gradient at its largest), or the optimizer step (all gradients), whichever is larger."""
     from caraml.workloads.llm_training import sizes
 
     m, b, par, c = cfg.model, cfg.batch, cfg.parallel, cfg.compute
@@ -77,26 +123,46 @@ def memory(cfg, layout: Layout) -> dict:
     params = (L // pp) * per_layer / tp + counts["embedding"] / tp + (2 * h if pp == 1 else 0)
     # fp32 parameters, gradients and AdamW's two moments: 16 bytes each; FSDP2 shards all four (and gathers the
     # parameters in the step), ZeRO-1 only the moments
+    sharded = dp > 1 and par.distributed_optimizer in ("fsdp", "zero1")
     if par.distributed_optimizer == "fsdp" and dp > 1:
-        states = params * 16 / dp + params * 4
+        states, grads = params * 16 / dp + params * 4, params * 4 / dp
     elif par.distributed_optimizer == "zero1" and dp > 1:
-        states = params * 8 + params * 8 / dp
+        states, grads = params * 8 + params * 8 / dp, params * 4
     else:
-        states = params * 16
-    half_copies = params * 2 if c.precision in ("fp16", "bf16", "fp8") else 0
+        states, grads = params * 16, params * 4
+    half = c.precision in ("fp16", "bf16", "fp8")
+    megatron = half and c.megatron_precision
+    # the half-precision weights: Megatron's parameters themselves, or the copies autocast casts and autograd
+    # keeps until each layer's backward; fp8: the blocks' product weights as float8 copies instead
+    block_matmul = (L // pp) * (per_layer - 9 * h - (2 if m.activation == "swiglu" else 1) * f) / tp
+    half_copies = params * 2 - (block_matmul * (2 - FP8_BYTES) if c.precision == "fp8" else 0) if half else 0
+    # gradients present when the backward starts: none after zero_grad(set_to_none), those of the earlier
+    # micro-batches with gradient accumulation (Megatron's in the half precision, moved to fp32 after it)
+    accumulated = (grads / 2 if megatron else grads) if b.grad_accumulation > 1 else 0.0
     mb, sp = b.micro_batch_size, par.sequence_parallel and tp > 1
-    whole, split = activation_units(f / h, c.recompute)
-    per_layer_act = s * mb * h * ((whole + split) / tp if sp else whole + split / tp)
+    compiled = c.compiled
+    whole, split = activation_bytes(h, f, m.num_attention_heads, c.precision, c.recompute, compiled,
+                                    c.hidden_dropout, m.activation)
+    per_layer_act = s * mb * ((whole + split) / tp if sp else whole + split / tp)
     in_flight = min(pp, b.grad_accumulation) if pp > 1 else 1
     activations = per_layer_act * (L // pp) * in_flight
     if c.recompute == "full":  # the one block being rebuilt holds its whole set
-        whole, split = activation_units(f / h, "none")
-        activations += s * mb * h * ((whole + split) / tp if sp else whole + split / tp)
+        whole, split = activation_bytes(h, f, m.num_attention_heads, c.precision, "none", compiled, c.hidden_dropout,
+                                        m.activation)
+        activations += s * mb * ((whole + split) / tp if sp else whole + split / tp)
+    if c.hidden_dropout > 0:  # the embedding's dropout mask (the first stage), 1 byte per element on CUDA
+        activations += s * mb * h
     rows = mb * s if c.fused_loss == "none" else min(mb * s, 8192)
-    loss = 10.0 * rows * vocab / tp if pp == 1 else 0.0  # the last stage's; the first (embedding) is busier
-    total = states + half_copies + activations + loss
-    return {"parameters_per_device": params, "states_bytes": states, "half_copies_bytes": half_copies,
-            "activations_bytes": activations, "loss_bytes": loss, "total_bytes": total}
+    kept, loss_peak = head_bytes(h, vocab, c.precision, compiled)
+    # the last stage's; the first (embedding) is busier. fused_loss: one chunk of rows of the logits at a time
+    loss = mb * s * kept + rows * loss_peak / tp if pp == 1 else 0.0
+    backward = states - grads + accumulated + half_copies + activations + loss
+    step = states + (half_copies if megatron else 0)
+    total = max(backward, step) + CUDA_WORKSPACE_BYTES
+    return {"parameters_per_device": params, "states_bytes": states, "gradients_bytes": grads,
+            "accumulated_gradients_bytes": accumulated, "half_copies_bytes": half_copies,
+            "activations_bytes": activations, "loss_bytes": loss, "workspace_bytes": CUDA_WORKSPACE_BYTES,
+            "peak_at": "backward" if backward >= step else "step", "sharded": sharded, "total_bytes": total}
 
 
 def communication(cfg, layout: Layout) -> dict:
