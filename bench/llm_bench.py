@@ -42,7 +42,8 @@ Issue 23: groups of points, bf16 first, the others' tokens/s as a ratio to the g
 and a summary row per group. Points run most important first; a group's late points run after every group's
 others; a point starts only while the budget has the seconds it takes (NEED_S), else it is recorded as skipped
 (time budget), in its row and in the group's summary. A point of the same settings is measured once per run
-(`reused_from`: fp8_800m's bf16@16 is the levers' plain).
+(`reused_from`: fp8_800m's bf16@16 is the levers' plain). LLM_BENCH_FP8_SET="k=v ..." adds settings to every
+caraml fp8 point of the groups (e.g. fp8_fast_accum=true, to check its loss with fp8_loss).
 
     fp8_800m          micro-batch 16: bf16 | precision=fp8 (torchao, tensorwise) | the plain loop with torchao's
                       float8 (caraml fp8 / plain fp8, target >= 0.98) | fp8 at micro-batch 32 | late: bf16 at 32;
@@ -72,13 +73,13 @@ the script, not a measurement.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,9 +310,11 @@ SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, 
 # walls at micro-batch 16: bf16 50, fp8 84): a point starts only while this much of the budget is left, so a cut
 # skips whole points (recorded as skipped) instead of stopping one mid-compilation.
 NEED_S = {"bf16": 55.0, "fp8": 90.0, "per_doubling": 15.0, "per_extra_step": 0.2}
+# settings added to every caraml fp8 point of the groups, e.g. LLM_BENCH_FP8_SET=fp8_fast_accum=true for fp8_loss
+FP8_SET = tuple(os.environ.get("LLM_BENCH_FP8_SET", "").split())
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Job:
     """One point of a group: caraml run with `settings` over the run's base, or the plain loop here (`plain`)."""
 
@@ -367,7 +370,13 @@ def oscar_shaped(out: Path, vocab: int) -> str:
 
 
 def group_jobs(name: str, out: Path, self_check: bool) -> list[Job]:
-    """The points of group `name`, most important first."""
+    """The points of group `name`, most important first (LLM_BENCH_FP8_SET added to their caraml fp8 points)."""
+    jobs = _group_jobs(name, out, self_check)
+    return [dataclasses.replace(j, settings=(*j.settings, *FP8_SET)) if j.fp8 and not j.plain and FP8_SET else j
+            for j in jobs]
+
+
+def _group_jobs(name: str, out: Path, self_check: bool) -> list[Job]:
     big = min(BIG_MICRO, RUN["max_micro"])
     none = ("recompute=none",)
     if name == "fp8_800m":  # each precision at two micro-batches: fp8 needs 13 GiB less, so its best may be larger
@@ -507,7 +516,7 @@ def summary_text(s: dict) -> str:
         parts.append(f"last loss fp8 vs bf16 {s['loss_vs_bf16']:+.2%} (goal within 1 %)")
     if s.get("skipped"):
         parts.append(f"skipped (time budget): {', '.join(s['skipped'])}")
-    return f"  {s['name']}: " + ("; ".join(parts) or "nothing measured")
+    return f"  {s['name']}: " + "; ".join(parts) if parts else ""
 
 
 def torchao_problem() -> str | None:
@@ -778,8 +787,10 @@ def main() -> None:
     print(f"{'point':<32} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'CARAML':>7} {'MFU':>6} {'ratio':>6} "
           f"{'peak GiB':>8} {'plan GiB':>8} {'compile s':>9} {'wall s':>6}  loss")
     for r in rows:
-        if r["name"].endswith("/summary"):
-            print(summary_text(r))
+        if r["name"].endswith("/summary"):  # a line of the group's figures, where it has any
+            text = summary_text(r)
+            if text:
+                print(text)
             continue
 
         def f(key, fmt, r=r):

@@ -59,7 +59,7 @@ def _run(tmp_path, names, budget):
     return {r["name"]: r for r in rows}, [r["name"] for r in rows]
 
 
-def test_fp8_800m_measures_each_precision_at_16_and_32_bf16_at_32_last(tmp_path, gpu):
+def test_fp8_800m_measures_each_precision_at_16_and_32_bf16_at_32_last(tmp_path, gpu, monkeypatch):
     jobs = bench.group_jobs("fp8_800m", tmp_path, self_check=False)
     assert [(j.label, j.late) for j in jobs] == [("bf16@16", False), ("fp8@16", False), ("plain_fp8@16", False),
                                                  ("fp8@32", False), ("bf16@32", True)]
@@ -67,6 +67,9 @@ def test_fp8_800m_measures_each_precision_at_16_and_32_bf16_at_32_last(tmp_path,
     recipes = {j.label: j.settings for j in bench.group_jobs("fp8_800m_recipes", tmp_path, self_check=False)}
     assert "fp8_fast_accum=true" in recipes["tensorwise_fast_accum"]
     assert not any(s.startswith("fp8_fast_accum") for s in recipes["tensorwise"])
+    monkeypatch.setattr(bench, "FP8_SET", ("fp8_fast_accum=true",))  # LLM_BENCH_FP8_SET: the fp8 caraml points only
+    jobs = bench.group_jobs("fp8_800m", tmp_path, self_check=False)
+    assert [j.label for j in jobs if "fp8_fast_accum=true" in j.settings] == ["fp8@16", "fp8@32"]
 
 
 def test_a_budget_cut_loses_the_late_point_only_and_records_it(tmp_path, gpu):
