@@ -433,7 +433,7 @@ def summarize(group: str, entries: list[tuple[Job, dict]], summary: dict) -> Non
     """Each point's tokens/s as a ratio to the base at its micro-batch; the group's figures into `summary`."""
     bases = {job.micro: row["tokens_per_s"] for job, row in entries if job.base and row.get("tokens_per_s")}
     for job, row in entries:
-        if not job.base and row.get("tokens_per_s") and job.micro in bases:
+        if not job.base and not job.plain and row.get("tokens_per_s") and job.micro in bases:  # caraml vs caraml
             row["ratio"] = row["tokens_per_s"] / bases[job.micro]
     measured = [(job, row) for job, row in entries if row.get("tokens_per_s")]
     if group == "fp8_800m":
