@@ -38,25 +38,32 @@ megatron-core comes as a wheel on a machine without a package index:
 `python3 -m pip install --no-deps .whl/megatron_core-0.19.2-*.whl`; where it does not import, the megatron
 points are skipped with one line.
 
-Issue 23 (each a group of caraml points, bf16 first, the others' tokens/s as a ratio to it):
+Issue 23: groups of points, bf16 first, the others' tokens/s as a ratio to the group's base at their micro-batch,
+and a summary row per group. Points run most important first; a group's late points run after every group's
+others; a point starts only while the budget has the seconds it takes (NEED_S), else it is recorded as skipped
+(time budget), in its row and in the group's summary. A point of the same settings is measured once per run
+(`reused_from`: fp8_800m's bf16@16 is the levers' plain). LLM_BENCH_FP8_SET="k=v ..." adds settings to every
+caraml fp8 point of the groups (e.g. fp8_fast_accum=true, to check its loss with fp8_loss).
 
-    fp8_800m          bf16 | precision=fp8 (torchao, tensorwise) at micro-batch 16 (goal: fp8 >= 1.15 x bf16)
-    fp8_800m_rowwise  bf16 | fp8_recipe=rowwise | rowwise_with_gw_hp at micro-batch 16
+    fp8_800m          micro-batch 16: bf16 | precision=fp8 (torchao, tensorwise) | the plain loop with torchao's
+                      float8 (caraml fp8 / plain fp8, target >= 0.98) | fp8 at micro-batch 32 | late: bf16 at 32;
+                      each precision's best micro-batch, best fp8 / best bf16 (goal >= 1.15)
+    fp8_800m_recipes  micro-batch 16: bf16 | tensorwise | tensorwise with fp8_fast_accum=true (the backward
+                      products' fast accumulation too) | fp8_recipe=rowwise | rowwise_with_gw_hp
     fp8_wide          the 13B's width on one GPU (8 layers, 5120 wide, ffn 20480, 32 heads), micro-batch 4:
                       bf16 | fp8 (goal >= 1.3 x)
     fp8_loss          200 iterations of OSCAR-shaped data (a .bin/.idx of 790 documents, 2,340,256 tokens, made
                       here), micro-batch 4: bf16 | fp8, the last loss compared (goal: within 1 %)
-    levers            micro-batch 16, bf16: plain | fused_loss=chunked | gelu_epilogue | fused_norm_residual
-                      (| fused_loss=liger where liger-kernel imports)
+    levers            micro-batch 16, bf16: plain | fused_loss=chunked | fused_loss=liger (where liger-kernel
+                      imports) | fused_norm_residual | gelu_epilogue (by expected gain)
 Every caraml row also carries caraml plan's memory estimate (plan GiB) beside the measured peak memory, its time
 per iteration (plan s/it, at its default efficiency 0.5) beside the measured one and their ratio (vs plan), and for
 fp8 the MFU against the fp8 and the bf16 peak. Without torchao the fp8 points are skipped, said in one line.
-Four commands of <= 9 minutes each on one H200 (each caraml point compiles for about a minute; see
-docs/performance.md):
-    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m,fp8_wide --steps 20 --warmup 6
-    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss,caraml --steps 20 --warmup 6
-    PYTHONPATH=src python3 bench/llm_bench.py --only levers --steps 20 --warmup 6
-    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m_rowwise --steps 20 --warmup 6
+Commands of <= 9 minutes each on one H200 (a caraml point is a process: about 50 s bf16, 85 s fp8 at
+micro-batch 16, mostly compilation; see docs/performance.md):
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m,fp8_wide --steps 20 --warmup 6 --budget 510
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss,levers --steps 20 --warmup 6 --budget 510
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m_recipes --steps 20 --warmup 6 --budget 510
 
 Prints tokens/s, TFLOP/s by 6N + 12*L*h*s per token, MFU against 989.4 TFLOP/s (H200/H100 SXM dense bf16),
 the ratio caraml/plain (target >= 0.98), peak memory; writes llm_bench.json into --out, or $OUT, or ./bench-out.
@@ -67,6 +74,7 @@ the script, not a measurement.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -86,7 +94,7 @@ MODEL = {k: PRESETS["800M"][k] for k in ("num_layers", "hidden_size", "num_atten
                                          "max_position_embeddings")}
 MICRO = 4
 VOCAB = 50257
-POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc", "fp8_800m", "fp8_800m_rowwise",
+POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc", "fp8_800m", "fp8_800m_recipes",
           "fp8_wide", "fp8_loss", "levers")
 BACKEND_POINTS = ("native_caraml", "megatron", "crosscheck")
 CARAML_SETTINGS = ["recompute=selective", "compile=none"]  # CARAML's Megatron: selective recompute, no compiler
@@ -302,32 +310,51 @@ def plan_time(params: dict, measured_s: float | None) -> dict:
             "time_vs_plan": measured_s / plan_s if plan_s and measured_s else None}
 
 
-# fp8 and the fusion levers (issue 23), each a pair or a group of caraml points --------------------------------------
+# fp8 and the fusion levers (issue 23): groups of points, run in order of importance --------------------------------
 WIDE = {"model_size": "custom", "num_layers": 8, "hidden_size": 5120, "num_attention_heads": 32,
         "ffn_hidden_size": 20480}  # the 13B's width on one GPU
 WIDE_MICRO = 4
 LOSS = {"steps": 200, "micro": 4, "lr": "3e-4", "lr_warmup_samples": "64"}  # the loss comparison on OSCAR-shaped data
-LEVERS = ("fused_loss=chunked", "gelu_epilogue=true", "fused_norm_residual=true")
-FP8_POINTS = ("fp8_800m", "fp8_800m_rowwise", "fp8_wide", "fp8_loss")
+# by expected gain, so that a budget cut loses the least promising: gelu_epilogue recomputes the pre-activation
+# (+11 % of the products' FLOPs, docs/performance.md); liger only where it imports
+LEVERS = ("fused_loss=chunked", "fused_loss=liger", "fused_norm_residual=true", "gelu_epilogue=true")
+FP8_POINTS = ("fp8_800m", "fp8_800m_recipes", "fp8_wide", "fp8_loss")
+GROUPS = FP8_POINTS + ("levers",)
 SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
                    "ffn_hidden_size": 512}
+# Seconds a point takes on the H200 (process start, compilation, warm-up, 20 measured steps; the first session's
+# walls at micro-batch 16: bf16 50, fp8 84): a point starts only while this much of the budget is left, so a cut
+# skips whole points (recorded as skipped) instead of stopping one mid-compilation.
+NEED_S = {"bf16": 55.0, "fp8": 90.0, "per_doubling": 10.0, "per_extra_step": 0.2}
+# settings added to every caraml fp8 point of the groups, e.g. LLM_BENCH_FP8_SET=fp8_fast_accum=true for fp8_loss
+FP8_SET = tuple(os.environ.get("LLM_BENCH_FP8_SET", "").split())
 
 
-def pair(name: str, extra: list[str], out: Path, steps: int, warmup: int, end: float, micro: int,
-         variants: dict[str, list[str]]) -> list[dict]:
-    """The same point once per variant (bf16 first), each row's tokens/s also as a ratio to the first's."""
-    rows = []
-    for label, more in variants.items():
-        left = end - time.monotonic()
-        if left < 60:
-            rows.append({"name": f"{name}/{label}", "status": "skipped (time budget)"})
-            continue
-        rows.append(caraml_point(f"{name}/{label}", [*extra, *more], out, steps, warmup, left, micro=micro))
-    base = rows[0].get("tokens_per_s")
-    for r in rows[1:]:
-        if base and r.get("tokens_per_s"):
-            r["ratio"] = r["tokens_per_s"] / base
-    return rows
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One point of a group: caraml run with `settings` over the run's base, or the plain loop here (`plain`)."""
+
+    group: str
+    label: str
+    settings: tuple
+    micro: int
+    fp8: bool
+    base: bool = False  # the group's reference: the others' ratio is to the base at their micro-batch
+    late: bool = False  # run after every group's other points: the first that a budget cut loses
+    plain: bool = False  # the plain loop, fp8 by torchao's tensorwise recipe when `fp8`
+    steps: int | None = None  # this point's measured steps and warm-up, where not the run's
+    warmup: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.label}"
+
+    def need_s(self, steps: int) -> float:
+        if RUN["device"] != "cuda":
+            return 60.0
+        doublings = max(0, self.micro.bit_length() - BIG_MICRO.bit_length())
+        return (NEED_S["fp8" if self.fp8 else "bf16"] + NEED_S["per_doubling"] * doublings
+                + NEED_S["per_extra_step"] * max(0, (self.steps or steps) - 20))
 
 
 def oscar_shaped(out: Path, vocab: int) -> str:
@@ -358,33 +385,154 @@ def oscar_shaped(out: Path, vocab: int) -> str:
     return str(prefix)
 
 
-def fp8_and_levers(name: str, out: Path, steps: int, warmup: int, end: float, self_check: bool) -> list[dict]:
+def group_jobs(name: str, out: Path, self_check: bool) -> list[Job]:
+    """The points of group `name`, most important first (LLM_BENCH_FP8_SET added to their caraml fp8 points)."""
+    jobs = _group_jobs(name, out, self_check)
+    return [dataclasses.replace(j, settings=(*j.settings, *FP8_SET)) if j.fp8 and not j.plain and FP8_SET else j
+            for j in jobs]
+
+
+def _group_jobs(name: str, out: Path, self_check: bool) -> list[Job]:
     big = min(BIG_MICRO, RUN["max_micro"])
-    fp8 = {"bf16": [], "fp8": ["precision=fp8"]}
-    if name == "fp8_800m":
-        return pair(name, ["recompute=none"], out, steps, warmup, end, big, fp8)
-    if name == "fp8_800m_rowwise":
-        return pair(name, ["recompute=none"], out, steps, warmup, end, big,
-                    {"bf16": [], "rowwise": ["precision=fp8", "fp8_recipe=rowwise"],
-                     "rowwise_with_gw_hp": ["precision=fp8", "fp8_recipe=rowwise_with_gw_hp"]})
+    none = ("recompute=none",)
+    if name == "fp8_800m":  # each precision at two micro-batches: fp8 needs 13 GiB less, so its best may be larger
+        small, large = (MICRO, RUN["max_micro"]) if self_check else (BIG_MICRO, 2 * BIG_MICRO)
+        return [Job(name, f"bf16@{small}", none, small, False, base=True),
+                Job(name, f"fp8@{small}", (*none, "precision=fp8"), small, True),
+                Job(name, f"plain_fp8@{small}", (), small, True, plain=True),
+                Job(name, f"fp8@{large}", (*none, "precision=fp8"), large, True),
+                Job(name, f"bf16@{large}", none, large, False, base=True, late=True)]  # micro 32 was no faster
+    if name == "fp8_800m_recipes":
+        fp8 = (*none, "precision=fp8")
+        return [Job(name, "bf16", none, big, False, base=True), Job(name, "tensorwise", fp8, big, True),
+                Job(name, "tensorwise_fast_accum", (*fp8, "fp8_fast_accum=true"), big, True),
+                Job(name, "rowwise", (*fp8, "fp8_recipe=rowwise"), big, True),
+                Job(name, "rowwise_with_gw_hp", (*fp8, "fp8_recipe=rowwise_with_gw_hp"), big, True)]
     if name == "fp8_wide":
-        shape = SELF_CHECK_WIDE if self_check else WIDE
-        return pair(name, ["recompute=none", *(f"{k}={v}" for k, v in shape.items())], out, steps, warmup, end,
-                    min(WIDE_MICRO, RUN["max_micro"]), fp8)
+        shape = (*none, *(f"{k}={v}" for k, v in (SELF_CHECK_WIDE if self_check else WIDE).items()))
+        micro = min(WIDE_MICRO, RUN["max_micro"])
+        return [Job(name, "bf16", shape, micro, False, base=True),
+                Job(name, "fp8", (*shape, "precision=fp8"), micro, True)]
     if name == "fp8_loss":
         data = oscar_shaped(out, VOCAB)
-        n = steps if self_check else LOSS["steps"]
-        rows = pair(name, ["recompute=none", "data=oscar", f"data_path={data}", f"lr={LOSS['lr']}",
-                           f"lr_warmup_samples={LOSS['lr_warmup_samples']}"], out, n, 2, end,
-                    min(LOSS["micro"], RUN["max_micro"]), fp8)
-        last = [(r.get("loss") or {}).get("last") for r in rows]
-        if len(last) == 2 and all(isinstance(v, float) for v in last):
-            rows[1]["loss_vs_bf16"] = last[1] / last[0] - 1  # goal: within +-1 %
-        return rows
-    levers = {"plain": [], **{lever.split("=")[0]: [lever] for lever in LEVERS}}
-    if not liger_problem():
-        levers["liger"] = ["fused_loss=liger"]
-    return pair(name, ["recompute=none"], out, steps, warmup, end, big, levers)
+        settings = (*none, "data=oscar", f"data_path={data}", f"lr={LOSS['lr']}",
+                    f"lr_warmup_samples={LOSS['lr_warmup_samples']}")
+        micro, steps = min(LOSS["micro"], RUN["max_micro"]), None if self_check else LOSS["steps"]
+        return [Job(name, "bf16", settings, micro, False, base=True, steps=steps, warmup=2),
+                Job(name, "fp8", (*settings, "precision=fp8"), micro, True, steps=steps, warmup=2)]
+    levers = [lever for lever in LEVERS if lever != "fused_loss=liger" or not liger_problem()]
+    return [Job(name, "plain", none, big, False, base=True),
+            *(Job(name, lever.split("=")[0] if lever != "fused_loss=liger" else "liger", (*none, lever), big, False)
+              for lever in levers)]
+
+
+def run_job(job: Job, out: Path, steps: int, warmup: int, end: float, done: dict) -> dict:
+    """One point; a point of the same settings measured earlier in this run is reused (named in `reused_from`)."""
+    steps, warmup = job.steps or steps, job.warmup or warmup
+    key = (job.plain, job.fp8, job.settings, job.micro, steps, warmup)
+    if key in done:
+        return {**done[key], "name": job.name, "reused_from": done[key]["name"]}
+    left = end - time.monotonic()
+    if left < job.need_s(steps):
+        return {"name": job.name, "status": "skipped (time budget)", "micro_batch_size": job.micro,
+                "left_s": left, "need_s": job.need_s(steps)}
+    if job.plain:
+        row = plain_fp8_point(job.name, job.micro, steps, warmup)
+    else:
+        row = caraml_point(job.name, list(job.settings), out, steps, warmup, left, micro=job.micro)
+    row.update(micro_batch_size=job.micro, precision="fp8" if job.fp8 else "bf16")
+    done[key] = row
+    return row
+
+
+def summarize(group: str, entries: list[tuple[Job, dict]], summary: dict) -> None:
+    """Each point's tokens/s as a ratio to the base at its micro-batch; the group's figures into `summary`."""
+    bases = {job.micro: row["tokens_per_s"] for job, row in entries if job.base and row.get("tokens_per_s")}
+    for job, row in entries:
+        if not job.base and not job.plain and row.get("tokens_per_s") and job.micro in bases:  # caraml vs caraml
+            row["ratio"] = row["tokens_per_s"] / bases[job.micro]
+    measured = [(job, row) for job, row in entries if row.get("tokens_per_s")]
+    if group == "fp8_800m":
+        best = {}
+        for precision in ("bf16", "fp8"):
+            found = [(row["tokens_per_s"], job.micro) for job, row in measured
+                     if not job.plain and job.fp8 == (precision == "fp8")]
+            if found:
+                tokens, micro = max(found)
+                best[precision] = {"tokens_per_s": tokens, "micro_batch_size": micro}
+        summary["best"] = best
+        if len(best) == 2:
+            summary["best_ratio"] = best["fp8"]["tokens_per_s"] / best["bf16"]["tokens_per_s"]  # goal >= 1.15
+        for job, plain in measured:
+            caraml = next((r for j, r in measured if j.plain is False and j.fp8 and j.micro == job.micro), None)
+            if job.plain and caraml:
+                summary["caraml_over_plain_fp8"] = {"micro_batch_size": job.micro,  # target >= 0.98
+                                                    "ratio": caraml["tokens_per_s"] / plain["tokens_per_s"]}
+    if group == "fp8_800m_recipes":
+        by = {job.label: row["tokens_per_s"] for job, row in measured}
+        if "tensorwise" in by and "tensorwise_fast_accum" in by:
+            summary["fast_accum_vs_tensorwise"] = by["tensorwise_fast_accum"] / by["tensorwise"]
+    if group == "fp8_loss":
+        last = {job.fp8: (row.get("loss") or {}).get("last") for job, row in entries}
+        if all(isinstance(last.get(k), float) for k in (False, True)):
+            summary["loss_last"] = {"bf16": last[False], "fp8": last[True]}
+            summary["loss_vs_bf16"] = last[True] / last[False] - 1  # goal: within +-1 %
+            next(row for job, row in entries if job.fp8)["loss_vs_bf16"] = summary["loss_vs_bf16"]
+    summary["skipped"] = [row["name"] for _, row in entries if row["status"].startswith("skipped")]
+
+
+class GroupRunner:
+    """Runs the groups' points into `rows`: each group's points in order, then its summary row; the late points of
+    every group after all other points, each before its group's summary."""
+
+    def __init__(self, rows: list, out: Path, steps: int, warmup: int, end: float):
+        self.rows, self.out, self.steps, self.warmup, self.end = rows, out, steps, warmup, end
+        self.points: dict[str, list[tuple[Job, dict]]] = {}  # each group's points as run
+        self.summaries: dict[str, dict] = {}
+        self.late: list[Job] = []
+        self.done: dict = {}  # points measured in this run by their settings, reused where a group repeats one
+
+    def start(self, name: str, save) -> None:
+        self.points[name], self.summaries[name] = [], {"name": f"{name}/summary", "status": "ok"}
+        for job in group_jobs(name, self.out, RUN["device"] == "cpu"):
+            if job.late:
+                self.late.append(job)
+            else:
+                self._run(job, None)
+                save()
+        self.rows.append(self.summaries[name])
+
+    def run_late(self, save) -> None:
+        for job in self.late:
+            self._run(job, self.summaries[job.group])
+            save()
+
+    def _run(self, job: Job, before: dict | None) -> None:
+        row = run_job(job, self.out, self.steps, self.warmup, self.end, self.done)
+        if before is None:
+            self.rows.append(row)
+        else:
+            self.rows.insert(next(i for i, r in enumerate(self.rows) if r is before), row)
+        self.points[job.group].append((job, row))
+        summarize(job.group, self.points[job.group], self.summaries[job.group])
+
+
+def summary_text(s: dict) -> str:
+    parts = []
+    for precision, b in (s.get("best") or {}).items():
+        parts.append(f"best {precision} {b['tokens_per_s']:.0f} tokens/s at micro-batch {b['micro_batch_size']}")
+    if "best_ratio" in s:
+        parts.append(f"best fp8 / best bf16 {s['best_ratio']:.3f} (goal >= 1.15)")
+    if "caraml_over_plain_fp8" in s:
+        c = s["caraml_over_plain_fp8"]
+        parts.append(f"caraml fp8 / plain fp8 at micro-batch {c['micro_batch_size']} {c['ratio']:.3f} (>= 0.98)")
+    if "fast_accum_vs_tensorwise" in s:
+        parts.append(f"fp8_fast_accum=true / tensorwise {s['fast_accum_vs_tensorwise']:.3f}")
+    if "loss_vs_bf16" in s:
+        parts.append(f"last loss fp8 vs bf16 {s['loss_vs_bf16']:+.2%} (goal within 1 %)")
+    if s.get("skipped"):
+        parts.append(f"skipped (time budget): {', '.join(s['skipped'])}")
+    return f"  {s['name']}: " + "; ".join(parts) if parts else ""
 
 
 def torchao_problem() -> str | None:
@@ -404,11 +552,13 @@ def liger_problem() -> str | None:
 
 
 # the plain loop, here ----------------------------------------------------------------------------------------------
-def plain_step(micro: int):
+def plain_step(micro: int, fp8_recipe: str | None = None):
     """nanoGPT's loop over model.py's GPT: bf16 autocast, forward+loss compiled, fused AdamW with caraml's warm-up,
-    clip, no harness.
+    clip, no harness. With `fp8_recipe`, torchao's float8 training for the blocks' linear layers (the embedding and
+    the tied output layer in bf16), as caraml's precision=fp8 converts them, straight from torchao.
     Returns step(i) -> the loss of iteration i, on the device."""
     import torch
+    import torch.nn as nn
     import torch.nn.functional as F
 
     from caraml.workloads.llm_training.model import GPT, GPTConfig, init_weights
@@ -423,6 +573,14 @@ def plain_step(micro: int):
     with device:
         model = GPT(cfg)
     init_weights(model, cfg, seed=42)
+    if fp8_recipe:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        def block_linear(module, fqn):  # caraml's fp8.is_block_linear, whose size check all 800M linears pass
+            return isinstance(module, nn.Linear) and fqn.startswith("layers.")
+
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(fp8_recipe),
+                                   module_filter_fn=block_linear)
 
     def forward_loss(x, y):  # forward and loss as one graph, as caraml's compile_scope=model
         return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(0, 1))
@@ -455,13 +613,13 @@ def plain_step(micro: int):
     return step
 
 
-def plain_loop(micro: int, steps: int, warmup: int) -> dict:
+def plain_loop(micro: int, steps: int, warmup: int, fp8_recipe: str | None = None) -> dict:
     """The plain loop timed: one synchronisation at each end of the measured window."""
     import torch
 
     device = torch.device(RUN["device"])
     cuda = device.type == "cuda"
-    step = plain_step(micro)
+    step = plain_step(micro, fp8_recipe)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -497,6 +655,23 @@ def plain_point(steps: int, warmup: int) -> dict:
         import torch
 
         return {"name": "plain", "status": "ok", **plain_loop(MICRO, steps, warmup), "torch": torch.__version__}
+    finally:
+        free_memory()
+
+
+def plain_fp8_point(name: str, micro: int, steps: int, warmup: int) -> dict:
+    """The plain loop with torchao's tensorwise float8 (caraml's default fp8_recipe), here in this process."""
+    import torch
+
+    start = time.monotonic()
+    print(f"llm_bench: {name}: the plain loop, torchao float8 tensorwise, micro-batch {micro}", file=sys.stderr,
+          flush=True)
+    try:
+        return {"name": name, "status": "ok", **plain_loop(micro, steps, warmup, "tensorwise"),
+                "torch": torch.__version__}
+    except torch.OutOfMemoryError as exc:
+        return {"name": name, "status": "oom", "error": str(exc).splitlines()[0][:300],
+                "wall_s": time.monotonic() - start}
     finally:
         free_memory()
 
@@ -570,6 +745,8 @@ def main() -> None:
         print(f"llm_bench: liger-kernel does not import ({liger_problem()}): levers runs without fused_loss=liger",
               file=sys.stderr)
 
+    groups = GroupRunner(rows, out, args.steps, args.warmup, end)
+
     def save():
         by = {r["name"]: r for r in rows}
         if by.get("caraml", {}).get("tokens_per_s") and by.get("plain", {}).get("tokens_per_s"):
@@ -616,16 +793,23 @@ def main() -> None:
             rows.append(crosscheck_point(end))
         elif name == "plain":
             rows.append(plain_point(args.steps, args.warmup))
-        elif name in FP8_POINTS or name == "levers":
-            rows += fp8_and_levers(name, out, args.steps, args.warmup, end, RUN["device"] == "cpu")
+        elif name in GROUPS:
+            groups.start(name, save)
         else:
             rows.append(micro_sweep(max(3, args.steps // 6), max(3, args.warmup // 2), end))
         save()
+    groups.run_late(save)
 
     print(f"{'point':<32} {'status':<8} {'tokens/s':>10} {'TFLOP/s':>8} {'CARAML':>7} {'MFU':>6} {'ratio':>6} "
           f"{'peak GiB':>8} {'plan GiB':>8} {'s/it':>7} {'plan s/it':>9} {'vs plan':>7} {'compile s':>9} "
           f"{'wall s':>6}  loss")
     for r in rows:
+        if r["name"].endswith("/summary"):  # a line of the group's figures, where it has any
+            text = summary_text(r)
+            if text:
+                print(text)
+            continue
+
         def f(key, fmt, r=r):
             v = r.get(key)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"

@@ -39,6 +39,24 @@ def test_the_conversion_takes_the_block_linears_and_nothing_else(recipe):
     assert model.output.weight is model.embed.tok.weight  # the tie survives
 
 
+@pytest.mark.parametrize("recipe", fp8.RECIPES)
+def test_fast_accumulation_reaches_the_backward_products_only_when_asked(recipe):
+    """torchao's recipes accumulate fast in the forward product only; fp8_fast_accum=true in all three, the
+    recipe's scaling untouched."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    default, fast = fp8.linear_config(recipe), fp8.linear_config(recipe, fast_accum=True)
+    assert default.gemm_config_output.use_fast_accum and fast.gemm_config_output.use_fast_accum
+    assert not default.gemm_config_grad_input.use_fast_accum and not default.gemm_config_grad_weight.use_fast_accum
+    assert fast.gemm_config_grad_input.use_fast_accum and fast.gemm_config_grad_weight.use_fast_accum
+    assert fast.cast_config_input == default.cast_config_input
+    assert fast.cast_config_input_for_grad_weight == default.cast_config_input_for_grad_weight
+    assert fast.round_scales_to_power_of_2 == default.round_scales_to_power_of_2
+    block = _model().layers["0"]
+    fp8.convert(block, recipe, fast_accum=True)
+    assert all(m.config.gemm_config_grad_weight.use_fast_accum for m in block.modules() if isinstance(m, Float8Linear))
+
+
 def test_block_by_block_as_the_build_does_it():
     block = _model().layers["0"]
     assert sorted(fp8.convert(block, "tensorwise")) == ["attn.wo", "attn.wqkv", "mlp.w1", "mlp.w2"]
@@ -120,4 +138,5 @@ def test_the_bench_states_fp8_for_the_record(monkeypatch):
     assert bench.info.precision == "fp8" and bench.info.mfu_also == ("bf16",)
     record = bench.details()["fast_paths"]["fp8"]
     assert record["recipe"] == "rowwise" and record["layers"] == 8 and record["library"] == "torchao.float8"
+    assert record["fast_accum"] == "forward product"  # fp8_fast_accum at its default
     assert bench.compute_dtype == torch.bfloat16

@@ -127,6 +127,7 @@ def test_the_record_names_what_ran_and_the_fallback():
     ({"fused_norm_residual": "true", "tp": 2}, 2, "run with tp=1"),
     ({"precision": "fp8", "tp": 2}, 2, "precision=fp8 runs with tp=1"),
     ({"precision": "fp8", "gelu_epilogue": "true"}, 1, "would bypass precision=fp8"),
+    ({"fp8_fast_accum": "true"}, 1, "fp8_fast_accum=true applies to precision=fp8's float8 products"),
 ])
 def test_layouts_the_levers_refuse(params, devices, needle):
     from caraml.runner import RunSpec, resolve
@@ -151,6 +152,7 @@ def test_ids_of_points_without_the_new_parameters_are_unchanged():
     assert cid("smoke") == "4cc437d2c3670039" and cid("800M", **before) == "5af6287258196d12"  # by commit 207c79c
     assert cid("smoke", fused_loss="chunked") != cid("smoke") != cid("smoke", precision="fp8")
     assert cid("smoke", precision="fp8", fp8_recipe="rowwise") != cid("smoke", precision="fp8")
+    assert cid("smoke", precision="fp8", fp8_fast_accum=True) != cid("smoke", precision="fp8")
 
 
 def test_a_sweep_writes_new_parameters_only_when_they_are_not_the_default():

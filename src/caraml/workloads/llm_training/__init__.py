@@ -59,6 +59,9 @@ PARAMS = [
     Param("fp8_recipe", str, "tensorwise", "precision=fp8: torchao's scaling recipe (tensorwise: one scale per "
           "tensor; rowwise; rowwise_with_gw_hp: the weight gradient in bf16)", choices=FP8_RECIPES,
           identifies_at_default=False),
+    Param("fp8_fast_accum", bool, False, "precision=fp8: fast accumulation in the backward float8 products too "
+          "(torchao's recipes use it in the forward product only): faster, gradients rounded more coarsely",
+          identifies_at_default=False),
     Param("fused_loss", str, "none", "output layer + cross-entropy without holding the logits: chunked (PyTorch), "
           "liger (liger-kernel where it imports, else chunked, named in the record); tp = pp = 1",
           choices=("none", "chunked", "liger"), identifies_at_default=False),
@@ -203,6 +206,8 @@ def speed_problem(cfg: TrainingConfig, dp: int) -> str | None:
     c, tp, pp = cfg.compute, cfg.parallel.tp, cfg.parallel.pp
     if c.precision == "fp8" and fp8.layout_problem(tp):
         return fp8.layout_problem(tp)
+    if c.fp8_fast_accum and c.precision != "fp8":
+        return f"fp8_fast_accum=true applies to precision=fp8's float8 products; this run has precision={c.precision}"
     if c.precision == "fp8" and c.gelu_epilogue:
         return "gelu_epilogue=true would bypass precision=fp8's float8 MLP layer: use one of them"
     if c.gelu_epilogue and cfg.model.activation != "gelu":

@@ -119,6 +119,8 @@ class ComputeConfig:
     """SDPA kernel preferred: auto, cudnn, flash, efficient, math"""
     fp8_recipe: str = "tensorwise"
     """precision=fp8: torchao's float8 scaling recipe (fp8.RECIPES)"""
+    fp8_fast_accum: bool = False
+    """precision=fp8: fast accumulation in the backward float8 products too (fp8.linear_config)"""
     fused_loss: str = "none"
     """none, chunked or liger: output layer + cross-entropy without the whole logits (fused.py)"""
     gelu_epilogue: bool = False

@@ -30,7 +30,7 @@ class FastPaths:
         """One transformer block, materialised and initialised, before tensor parallelism and compilation."""
         c = self.compute
         if self.fp8:
-            self.fp8_layers += [f"layers.{name}.{n}" for n in fp8.convert(block, c.fp8_recipe)]
+            self.fp8_layers += [f"layers.{name}.{n}" for n in fp8.convert(block, c.fp8_recipe, c.fp8_fast_accum)]
         holder = nn.Module()
         holder.layers = nn.ModuleDict({name: block})
         self.fused_layers += fused.apply_levers(holder, c.gelu_epilogue, c.fused_norm_residual)
@@ -47,7 +47,9 @@ class FastPaths:
 
     def as_dict(self) -> dict:
         c = self.compute
-        return {"fp8": {"recipe": c.fp8_recipe, "library": "torchao.float8", "layers": len(self.fp8_layers),
+        return {"fp8": {"recipe": c.fp8_recipe, "library": "torchao.float8",
+                        "fast_accum": "forward and backward products" if c.fp8_fast_accum else "forward product",
+                        "layers": len(self.fp8_layers),
                         "converted": self.fp8_layers[:8] + (["..."] if len(self.fp8_layers) > 8 else []),
                         "bf16": "embedding, output layer, norms, attention core"} if self.fp8 else None,
                 "fused_loss": {"asked": c.fused_loss, "in_use": self.loss_in_use} if c.fused_loss != "none" else None,

@@ -6,6 +6,10 @@ The matrix products of q/k/v, the attention output, and the MLP run as float8 pr
 the recipe `fp8_recipe` (torchao's names): tensorwise (one scale per tensor), rowwise (one per row, e4m3 for
 all), rowwise_with_gw_hp (rowwise, the weight gradient's product kept in bf16). Refused with one line where
 torchao does not import, on CPUs, and on GPUs before sm_89 (no float8 tensor cores).
+
+`fp8_fast_accum=true` (off unless asked for) lets the two backward products accumulate in the tensor cores'
+faster, less precise mode too (torchao's recipes use it for the forward product only; Hopper's fast mode skips
+the periodic promotion of the partial sums to fp32): faster products, gradients rounded more coarsely.
 """
 
 from __future__ import annotations
@@ -74,14 +78,30 @@ def is_block_linear(module, fqn: str) -> bool:
     return inside and module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
-def convert(module, recipe: str) -> list[str]:
+def linear_config(recipe: str, fast_accum: bool = False):
+    """torchao's Float8LinearConfig of `recipe`; with `fast_accum`, fast accumulation in the backward products
+    (grad_input, grad_weight) as in the forward one."""
+    import dataclasses
+
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8.config import Float8GemmConfig
+
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    if not fast_accum:
+        return config
+    fast = Float8GemmConfig(use_fast_accum=True)
+    return dataclasses.replace(config, gemm_config_output=fast, gemm_config_grad_input=fast,
+                               gemm_config_grad_weight=fast)
+
+
+def convert(module, recipe: str, fast_accum: bool = False) -> list[str]:
     """Swap the block linears of `module` (a GPT or a block) for torchao's Float8Linear with `recipe`; returns
     the names converted. Before tensor parallelism, compilation and data parallelism."""
     import torch.nn as nn
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8 import convert_to_float8_training
 
     chosen = [name for name, m in module.named_modules() if is_block_linear(m, name)]
-    config = Float8LinearConfig.from_recipe_name(recipe)
+    config = linear_config(recipe, fast_accum)
     convert_to_float8_training(module, config=config, module_filter_fn=lambda m, fqn: is_block_linear(m, fqn))
     left = [n for n, m in module.named_modules() if n in chosen and type(m) is nn.Linear]
     if left:
