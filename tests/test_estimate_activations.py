@@ -112,6 +112,10 @@ def test_eager_layer_bytes_are_what_autograd_saves(precision, recompute, dropout
 
 
 # each case compiles four graphs (about 10 s on this CPU): the f-dependence is pinned eager (the same terms)
+# torch 2.3's dynamo cannot trace model.py's autocast query (get_autocast_cpu_dtype) in one graph: the counts pin
+# the partitioner of the torch the GPU runs use (2.11 on the H200, 2.14 here)
+@pytest.mark.skipif(tuple(map(int, torch.__version__.split(".")[:2])) < (2, 5),
+                    reason="torch < 2.5: dynamo cannot trace the autocast query in one graph")
 @pytest.mark.parametrize("precision,recompute,ffn", [("bf16", "none", FFN), ("bf16", "selective", FFN),
                                                      ("fp8", "none", 2 * H)])
 def test_compiled_layer_bytes_are_what_inductors_partitioner_saves(precision, recompute, ffn):
