@@ -579,8 +579,14 @@ def plain_step(micro: int, fp8_recipe: str | None = None):
         def block_linear(module, fqn):  # caraml's fp8.is_block_linear, whose size check all 800M linears pass
             return isinstance(module, nn.Linear) and fqn.startswith("layers.")
 
-        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(fp8_recipe),
-                                   module_filter_fn=block_linear)
+        config = Float8LinearConfig.from_recipe_name(fp8_recipe)
+        if "fp8_fast_accum=true" in FP8_SET:  # as the caraml points get it: all three products accumulate fast
+            from torchao.float8.config import Float8GemmConfig
+
+            fast = Float8GemmConfig(use_fast_accum=True)
+            config = dataclasses.replace(config, gemm_config_output=fast, gemm_config_grad_input=fast,
+                                         gemm_config_grad_weight=fast)
+        convert_to_float8_training(model, config=config, module_filter_fn=block_linear)
 
     def forward_loss(x, y):  # forward and loss as one graph, as caraml's compile_scope=model
         return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(0, 1))
@@ -664,8 +670,8 @@ def plain_fp8_point(name: str, micro: int, steps: int, warmup: int) -> dict:
     import torch
 
     start = time.monotonic()
-    print(f"llm_bench: {name}: the plain loop, torchao float8 tensorwise, micro-batch {micro}", file=sys.stderr,
-          flush=True)
+    print(f"llm_bench: {name}: the plain loop, torchao float8 tensorwise{' ' + ' '.join(FP8_SET) if FP8_SET else ''}"
+          f", micro-batch {micro}", file=sys.stderr, flush=True)
     try:
         return {"name": name, "status": "ok", **plain_loop(micro, steps, warmup, "tensorwise"),
                 "torch": torch.__version__}
