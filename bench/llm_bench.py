@@ -328,6 +328,7 @@ SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, 
 NEED_S = {"bf16": 55.0, "fp8": 90.0, "per_doubling": 10.0, "per_extra_step": 0.2}
 # settings added to every caraml fp8 point of the groups, e.g. LLM_BENCH_FP8_SET=fp8_fast_accum=true for fp8_loss
 FP8_SET = tuple(os.environ.get("LLM_BENCH_FP8_SET", "").split())
+SKIP: set = set()  # --skip: group points not run this time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,6 +430,8 @@ def _group_jobs(name: str, out: Path, self_check: bool) -> list[Job]:
 def run_job(job: Job, out: Path, steps: int, warmup: int, end: float, done: dict) -> dict:
     """One point; a point of the same settings measured earlier in this run is reused (named in `reused_from`)."""
     steps, warmup = job.steps or steps, job.warmup or warmup
+    if job.name in SKIP:
+        return {"name": job.name, "status": "skipped (--skip)", "micro_batch_size": job.micro}
     key = (job.plain, job.fp8, job.settings, job.micro, steps, warmup)
     if key in done:
         return {**done[key], "name": job.name, "reused_from": done[key]["name"]}
@@ -478,7 +481,8 @@ def summarize(group: str, entries: list[tuple[Job, dict]], summary: dict) -> Non
             summary["loss_last"] = {"bf16": last[False], "fp8": last[True]}
             summary["loss_vs_bf16"] = last[True] / last[False] - 1  # goal: within +-1 %
             next(row for job, row in entries if job.fp8)["loss_vs_bf16"] = summary["loss_vs_bf16"]
-    summary["skipped"] = [row["name"] for _, row in entries if row["status"].startswith("skipped")]
+    summary["skipped"] = [f"{row['name']} {row['status'][len('skipped '):]}" for _, row in entries
+                          if row["status"].startswith("skipped")]  # each with its reason: (time budget), (--skip)
 
 
 class GroupRunner:
@@ -531,7 +535,7 @@ def summary_text(s: dict) -> str:
     if "loss_vs_bf16" in s:
         parts.append(f"last loss fp8 vs bf16 {s['loss_vs_bf16']:+.2%} (goal within 1 %)")
     if s.get("skipped"):
-        parts.append(f"skipped (time budget): {', '.join(s['skipped'])}")
+        parts.append(f"skipped: {', '.join(s['skipped'])}")
     return f"  {s['name']}: " + "; ".join(parts) if parts else ""
 
 
@@ -544,11 +548,13 @@ def torchao_problem() -> str | None:
 
 
 def liger_problem() -> str | None:
+    from caraml.workloads.llm_training.fused import liger_known_broken
+
     try:
         import liger_kernel.transformers  # noqa: F401
     except Exception as exc:  # noqa: BLE001
         return f"{type(exc).__name__}: {str(exc)[:120]}"
-    return None
+    return liger_known_broken()  # caraml would run its chunked loss instead: the point would repeat fused_loss
 
 
 # the plain loop, here ----------------------------------------------------------------------------------------------
@@ -713,6 +719,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=8, help="warm-up iterations (compilation) per point")
     parser.add_argument("--budget", type=float, default=float(os.environ.get("LLM_BENCH_BUDGET_S", "570")),
                         help="seconds for all points (the device tool allows 600 per command)")
+    parser.add_argument("--skip", default="", help="comma list of group points (e.g. fp8_800m/plain_fp8@16) not "
+                        "to run this time, each recorded as skipped (--skip)")
     parser.add_argument("--self-check", action="store_true", help="run on the CPU with the smoke model")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for both points native_caraml and megatron (repeatable)")
@@ -748,9 +756,10 @@ def main() -> None:
         rows += [{"name": n, "status": "skipped (no torchao)"} for n in only if n in FP8_POINTS]
         only = [n for n in only if n not in FP8_POINTS]
     if "levers" in only and liger_problem():
-        print(f"llm_bench: liger-kernel does not import ({liger_problem()}): levers runs without fused_loss=liger",
+        print(f"llm_bench: liger-kernel is not usable ({liger_problem()}): levers runs without fused_loss=liger",
               file=sys.stderr)
 
+    SKIP.update(n for n in args.skip.split(",") if n)
     groups = GroupRunner(rows, out, args.steps, args.warmup, end)
 
     def save():

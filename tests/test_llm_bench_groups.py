@@ -81,7 +81,7 @@ def test_a_budget_cut_loses_the_late_point_only_and_records_it(tmp_path, gpu):
     skipped = by["fp8_800m/bf16@32"]
     assert skipped["status"] == "skipped (time budget)" and skipped["need_s"] == 65.0
     summary = by["fp8_800m/summary"]
-    assert summary["skipped"] == ["fp8_800m/bf16@32"] and by["fp8_wide/summary"]["skipped"] == []
+    assert summary["skipped"] == ["fp8_800m/bf16@32 (time budget)"] and by["fp8_wide/summary"]["skipped"] == []
     assert summary["best"] == {"bf16": {"tokens_per_s": 91_000.0, "micro_batch_size": 16},
                                "fp8": {"tokens_per_s": 110_000.0, "micro_batch_size": 32}}
     assert summary["best_ratio"] == pytest.approx(110 / 91)
@@ -134,3 +134,13 @@ def test_the_plain_loop_with_torchao_float8_trains_the_same_model_on_the_cpu(mon
         losses[recipe] = bench.plain_loop(2, 1, 1, recipe)["loss_first"]
     assert abs(losses["tensorwise"] / losses[None] - 1) < 0.02
     assert losses["tensorwise"] != losses[None]  # float8 rounding: the products did change
+
+
+def test_a_point_named_in_skip_is_not_run_and_says_why(tmp_path, gpu, monkeypatch):
+    monkeypatch.setattr(bench, "SKIP", {"fp8_800m/plain_fp8@16"})
+    by, _ = _run(tmp_path, ["fp8_800m"], 3600.0)
+    assert "fp8_800m/plain_fp8@16" not in gpu.calls and len(gpu.calls) == 4
+    assert by["fp8_800m/plain_fp8@16"]["status"] == "skipped (--skip)"
+    summary = by["fp8_800m/summary"]
+    assert summary["skipped"] == ["fp8_800m/plain_fp8@16 (--skip)"] and "caraml_over_plain_fp8" not in summary
+    assert "skipped: fp8_800m/plain_fp8@16 (--skip)" in bench.summary_text(summary)

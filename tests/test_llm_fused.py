@@ -167,3 +167,15 @@ def test_a_sweep_writes_new_parameters_only_when_they_are_not_the_default():
     plain = args()
     assert not any(a.startswith(("fp8_recipe=", "fused_loss=", "gelu_epilogue=")) for a in plain)
     assert "fused_loss=chunked" in args(fused_loss="chunked") and "precision=fp32" in plain
+
+
+def test_liger_falls_back_to_chunked_under_a_triton_with_its_known_fault(monkeypatch):
+    """Liger-Kernel#916: an illegal memory access (it killed the H200 run) under Triton 3.5+; older ones try it."""
+    monkeypatch.setattr(fused, "triton_version", lambda: (3, 5))
+    fn, in_use = fused.loss_backend("liger", torch.device("cuda"))
+    assert fn is fused.chunked_linear_cross_entropy
+    assert in_use.startswith("chunked (liger's fused linear cross-entropy faults") and "Liger-Kernel#916" in in_use
+    monkeypatch.setattr(fused, "triton_version", lambda: (3, 4))
+    assert fused.liger_known_broken() is None
+    monkeypatch.setattr(fused, "triton_version", lambda: None)  # no Triton: liger does not import, said so then
+    assert fused.liger_known_broken() is None

@@ -87,12 +87,38 @@ def liger_loss():
     return apply, None
 
 
+LIGER_BROKEN_FROM_TRITON = (3, 5)  # Liger-Kernel#916 (open): its fused linear cross-entropy faults on Triton 3.5+
+
+
+def triton_version() -> tuple | None:
+    from importlib import metadata
+
+    try:
+        return tuple(int(p) for p in metadata.version("triton").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def liger_known_broken() -> str | None:
+    """Why liger's kernel must not run here, where a known fault would kill the run (an illegal memory access
+    cannot be caught: the CUDA context is lost); None otherwise."""
+    version = triton_version()
+    if version is not None and version >= LIGER_BROKEN_FROM_TRITON:
+        return (f"liger's fused linear cross-entropy faults with an illegal memory access under Triton "
+                f"{'.'.join(map(str, version))} (Liger-Kernel#916; seen on the H200 with liger-kernel 0.8.5, "
+                f"torch 2.11)")
+    return None
+
+
 def loss_backend(choice: str, device: torch.device):
     """(loss(hidden, weight, targets), what runs) for fused_loss=`choice` on `device`: liger where it imports on a
-    GPU, else the chunked PyTorch one, the reason named."""
+    GPU and has no known fault with this Triton, else the chunked PyTorch one, the reason named."""
     if choice == "liger":
         if device.type != "cuda":
             return chunked_linear_cross_entropy, f"chunked (liger needs a CUDA GPU; this run is on {device.type})"
+        broken = liger_known_broken()
+        if broken:
+            return chunked_linear_cross_entropy, f"chunked ({broken})"
         fn, why = liger_loss()
         if fn is not None:
             return fn, "liger"
