@@ -67,21 +67,17 @@ def test_in_bf16_the_padded_stem_differs_only_by_rounding():
             torch.testing.assert_close(grad_padded, grad, rtol=1e-2, atol=1e-1)
 
 
-def test_the_padded_input_keeps_its_memory_format():
+def test_the_padded_input_and_weight_keep_their_memory_format(monkeypatch):
     conv = ZeroChannelPadConv(torch.nn.Conv2d(3, 4, 3), 8)
-    seen = []
-    orig = torch.nn.functional.conv2d
+    seen, conv2d = [], torch.nn.functional.conv2d
 
     def spy(x, w, *rest):
         seen.append((x.shape[1], w.shape[1], x.is_contiguous(memory_format=torch.channels_last)))
-        return orig(x, w, *rest)
+        return conv2d(x, w, *rest)
 
-    torch.nn.functional.conv2d = spy
-    try:
-        conv(torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last))
-        conv(torch.randn(2, 3, 8, 8))
-    finally:
-        torch.nn.functional.conv2d = orig
+    monkeypatch.setattr(torch.nn.functional, "conv2d", spy)
+    conv(torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last))
+    conv(torch.randn(2, 3, 8, 8))
     assert seen == [(8, 8, True), (8, 8, False)]
 
 
