@@ -8,8 +8,8 @@ reported apart as `caraml_images_per_s`. With `backend=poptorch` the same worklo
 (CARAML's GC200 runs; ipu.py).
 
 Declaring the workload imports no torch: the typed config is config.py; the Bench (bench.py), the torchvision
-model (model.py), the FLOP count (flops.py), the epochs (epochs.py), the PopTorch Bench (ipu.py) and the
-synthetic host data (synthetic.py) are loaded by `build`.
+model (model.py), its stem on padded channels (stem.py), the FLOP count (flops.py), the epochs (epochs.py), the
+PopTorch Bench (ipu.py) and the synthetic host data (synthetic.py) are loaded by `build`.
 """
 
 from __future__ import annotations
