@@ -62,6 +62,20 @@ def test_a_point_that_would_overrun_the_budget_is_skipped_not_started():
     assert not go and why.startswith("skipped: needs ≈ 70 s, 50 s of the 230 s budget left")
 
 
+def test_the_default_budget_runs_the_four_valued_points_and_skips_the_rest_by_their_estimates():
+    """With every point taking its estimate, the plain command runs baseline, stem_pad, cudnn_all_algos and
+    conv1x1_as_mm (≈ 300 s) and records the rest as skipped; batch512 (measured) runs only when named."""
+    group = ic_group.GROUPS["issue23"]
+    elapsed, ran, skipped = 0.0, [], []
+    for name in [n for n, p in group.items() if p.by_default]:
+        go, _ = ic_group.plan(group[name], ic_group.DEFAULT_BUDGET_S, elapsed)
+        (ran if go else skipped).append(name)
+        elapsed += group[name].expect_s if go else 0
+    assert ran == ["baseline", "stem_pad", "cudnn_all_algos", "conv1x1_as_mm"]
+    assert skipped == ["stem_pad4", "autotune_convs"] and "batch512" in group
+    assert 280 <= elapsed <= 310 and ic_group.DEFAULT_BUDGET_S - elapsed >= 20
+
+
 def test_knobs_are_set_read_back_and_missing_ones_named():
     import torch
     import torch._inductor.config as inductor_config

@@ -8,8 +8,8 @@ reported apart as `caraml_images_per_s`. With `backend=poptorch` the same worklo
 (CARAML's GC200 runs; ipu.py).
 
 Declaring the workload imports no torch: the typed config is config.py; the Bench (bench.py), the torchvision
-model (model.py), the FLOP count (flops.py), the epochs (epochs.py), the PopTorch Bench (ipu.py) and the
-synthetic host data (synthetic.py) are loaded by `build`.
+model (model.py), its stem on padded channels (stem.py), the FLOP count (flops.py), the epochs (epochs.py), the
+PopTorch Bench (ipu.py) and the synthetic host data (synthetic.py) are loaded by `build`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ def _check_model(name: str) -> str | None:
     if name in known:
         return None
     return "is not a torchvision classification model; choose one of: " + ", ".join(known)
+
+
+def _check_stem_pad(channels: int) -> str | None:
+    return None if channels == 0 or channels > 3 else "must be 0 (off) or more than the images' 3 channels"
 
 
 PARAMS = [
@@ -98,6 +102,10 @@ PARAMS = [
           minimum=1),
     Param("grad_accumulation", int, 1, "poptorch: micro-batches accumulated per weight update (the LLM's name; "
           "gradient_accumulation still accepted)", minimum=1, aliases=("gradient_accumulation",)),
+    Param("stem_pad_channels", int, 0, "the stem convolution on its input padded with zero channels up to this "
+          "count, its weight with zero input channels (the same math; 8: bf16 NHWC as cuDNN's tensor-core kernels "
+          "take it, without cuDNN's own padding); 0: off", minimum=0, check=_check_stem_pad,
+          identifies_at_default=False),
 ]
 
 PRESETS = {
@@ -199,5 +207,5 @@ WORKLOAD = register(Workload(
              Col("image_size", "ImageSize", "param:image_size", "int", default=False),
              Col("data", "Data", "param:data", default=False)),
     metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_epochs",
-             "epochs", "ipu"),
+             "epochs", "ipu", "stem_padded"),
 ))

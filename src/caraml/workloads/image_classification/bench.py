@@ -66,6 +66,11 @@ class ClassificationBench:
     def _model_and_optimizer(self, cfg: ClassificationConfig, device):
         """The model on the device in its memory format, with its loss, SGD, autocast and gradient scaler."""
         model = make_model(cfg.model, cfg.num_classes)
+        self.stem_padded = None
+        if cfg.stem_pad_channels:
+            from caraml.workloads.image_classification.stem import pad_stem
+
+            self.stem_padded = pad_stem(model, cfg.stem_pad_channels)
         model = model.to(device=device, memory_format=self.memory_format).train()
         self.criterion = torch.nn.CrossEntropyLoss()
         self.optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
@@ -154,6 +159,8 @@ class ClassificationBench:
     def details(self) -> dict:
         out = {"math": self.math, "global_batch_size": self.cfg.batch_size * self.dist.world_size,
                "dataset": self.cfg.dataset_label, "throughput_convention": STEADY}
+        if self.stem_padded:
+            out["stem_padded"] = self.stem_padded
         if self.epochs is not None:
             out.update(self.epochs.results())
         return out

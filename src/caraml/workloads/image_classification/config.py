@@ -83,6 +83,8 @@ class ClassificationConfig:
     """poptorch: model replicas over the IPUs (data parallel inside one process)"""
     grad_accumulation: int
     """poptorch: micro-batches accumulated per weight update (formerly gradient_accumulation)"""
+    stem_pad_channels: int = 0
+    """the stem convolution on its input padded with zero channels up to this count (0: off); the same math"""
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> ClassificationConfig:
@@ -111,6 +113,9 @@ def check_combination(cfg: ClassificationConfig) -> str | None:
                     f"precision={cfg.precision}")
         if cfg.compile != "none":
             return f"backend=poptorch compiles for the IPU itself; use compile=none, not compile={cfg.compile}"
+        if cfg.stem_pad_channels:
+            return (f"stem_pad_channels={cfg.stem_pad_channels} shapes the stem for cuDNN (backend=torch); use "
+                    "stem_pad_channels=0 with backend=poptorch")
         return None
     if cfg.precision in IPU_PRECISIONS:
         return f"precision={cfg.precision} is a Graphcore IPU precision; it needs backend=poptorch"
