@@ -558,7 +558,8 @@ def layout_check(spec: dict) -> dict:
     tf32 = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
     return {"status": "ok", "tf32": tf32, "tolerance": NUFFT_TOLERANCE,
             "size": {k: list(v) if isinstance(v, tuple) else v for k, v in size.items()},
-            "layout_checks": checks, "floor_of": "channels-first", "tf32_floor": {k: floor[k] for k in ("rel_diff", "max_rel_diff")},
+            "layout_checks": checks, "floor_of": "channels-first",
+            "tf32_floor": {k: floor[k] for k in ("rel_diff", "max_rel_diff")},
             "equal_within_1e-4": {k: c["pass"] for k, c in checks.items()},
             "high_within_tf32_floor": checks["high"]["max_rel_diff"] <= max(NUFFT_TOLERANCE, floor["max_rel_diff"])}
 
