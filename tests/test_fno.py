@@ -613,3 +613,26 @@ def test_dse_layout_is_refused_off_pic1d_and_quiet_at_its_default():
     assert "dse_layout" not in id_view(PARAMS, resolve(PARAMS, {"problem": "PIC1D"}, "fno"))
     assert id_view(PARAMS, resolve(PARAMS, {"problem": "PIC1D", "dse_layout": "channels-first"}, "fno"))[
         "dse_layout"] == "channels-first"
+
+
+def test_pic1d_compiled_head_is_the_same_projection(monkeypatch):
+    """Compiled, channels-last PIC1D's last layer (one output channel) is a weighted sum inductor fuses with the GELU:
+    the same output and gradients as F.linear, within 1e-4 (here its math, traced eagerly)."""
+    import torch.nn.functional as F
+
+    from caraml.workloads.fno import model as fno_model
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 2, 200, generator=gen)
+    x[:, 0] = 2 * math.pi * torch.rand(2, 200, generator=gen)
+    y = torch.randn(2, 1, 200, generator=gen)
+    results = []
+    for compiling in (False, True):
+        monkeypatch.setattr(fno_model, "_compiling", lambda c=compiling: c)
+        torch.manual_seed(0)
+        model = fno_model.FNO(2, 1, 8, (5,), 2, kind="dse", dse_layout="channels-last")
+        out = model(x)
+        F.l1_loss(out, y).backward()
+        results.append({"out": out.detach(), **{n: p.grad for n, p in model.named_parameters()}})
+    for name, ref in results[0].items():
+        assert ((results[1][name] - ref).norm() / ref.norm()).item() < 1e-5, name
