@@ -571,12 +571,18 @@ def test_data_files_layout_and_bad_files(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("complex_weights", [False, True])
 @pytest.mark.parametrize("norm", ["backward", "ortho"])
-def test_dse_layouts_are_the_same_operator(dtype, complex_weights, norm):
-    """PIC1D's channels-last layout (one Vandermonde matrix, [B, P, C]) against channels-first (the implementation
-    before): output, input and weight gradients within 1e-4 relative (norm-wise), from the same weights."""
+@pytest.mark.parametrize("chunk", [2048, 50])
+def test_dse_layouts_are_the_same_operator(dtype, complex_weights, norm, chunk, monkeypatch):
+    """PIC1D's channels-last layout (one Vandermonde matrix, [B, P, C], the particles in chunks of `chunk`: 300 in 1
+    or 6) against channels-first (the implementation before): output, input and weight gradients within 1e-4
+    relative (norm-wise), from the same weights."""
     import torch.nn.functional as F
 
+    from caraml.workloads.fno import model as fno_model
     from caraml.workloads.fno.model import FNO
+
+    monkeypatch.setattr(fno_model, "DSE_CHUNK", chunk)
+    assert fno_model.particle_chunks(300) == (1 if chunk == 2048 else 6)
 
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(2, 2, 300, generator=gen, dtype=dtype)

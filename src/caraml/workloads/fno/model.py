@@ -56,6 +56,9 @@ NUFFT_BACKENDS = ("torchkbnufft", "matrix")  # how CARAML's PIC2D operator is co
 MATRIX_PRODUCT_DTYPE = torch.float64
 # PIC1D's activations: [B, P, C] with one Vandermonde matrix (channels-last) or [B, C, P] as CARAML's Conv1d
 DSE_LAYOUTS = ("channels-last", "channels-first")
+# particles per chunk of the channels-last DSE's products (at least): 100,000 particles in 40 chunks of 2,500, so a
+# batch of 20 is 800 GEMMs of K = 2,500 (see DSE)
+DSE_CHUNK = 2048
 
 
 class Pointwise(nn.Module):
@@ -175,6 +178,9 @@ class DSE(nn.Module):
     are plain [B P, C] products (channels-first [B, C, P] makes torch.matmul copy every input into that layout, in
     both passes), and one basis V [B, 2m, P] serves both transforms of every layer: forward V @ h, inverse
     V^T @ (scale * Y), the irfft weights and 1/P put on the small spectrum instead of on a second [B, 2m, P] matrix.
+    V is kept as S chunks of the particles, [B S, 2m, P/S], and the products over P run per chunk, then summed: a
+    batched GEMM of B [2m x P] x [P x C] products is B output tiles, B thread blocks on a GPU of 132 SMs reading
+    P-long operands (cuBLAS's batched GEMMs do not split K), where B S blocks read the same bytes in parallel.
     The same operator as channels-first (the layout before, a forward and an inverse matrix), to rounding.
     """
 
@@ -196,12 +202,15 @@ class DSE(nn.Module):
         The inverse, with the irfft weights: y_j = (1/P) sum_k c_k Re(Y_k exp(i k x_j)), c_0 = 1, c_k = 2.
         channels-first: (forward, inverse) matrices; channels-last: (forward, inverse scale [2m, 1])."""
         pos = x[:, 0].float()
+        b, p = pos.shape
+        # channels-last: the particles in S chunks, V as [B S, 2m, P/S] (see the class); channels-first: [B, 2m, P]
+        chunks = particle_chunks(p) if self.channels_last else 1
+        pos = pos.reshape(b * chunks, 1, p // chunks)
         k = torch.arange(self.modes[0], device=x.device, dtype=torch.float32)
-        phase = k[None, :, None] * pos[:, None, :]
+        phase = k[None, :, None] * pos
         forward = torch.cat([torch.cos(phase), -torch.sin(phase)], 1)
         c = torch.full((self.modes[0],), 2.0, device=x.device)
         c[0] = 1.0
-        p = pos.shape[-1]
         if self.norm == "ortho":  # 1/sqrt(P) both ways: the inverse is the scaled forward's transpose times c
             forward, scale = forward / math.sqrt(p), torch.cat([c, c])
         else:
@@ -214,8 +223,11 @@ class DSE(nn.Module):
         forward, _ = basis
         m = self.modes[0]
         if self.channels_last:  # x [B, P, C]
-            spec = torch.bmm(forward.to(x.dtype), x)  # [B, 2m, C]
-            spec = spec.view(x.shape[0], 2, m, x.shape[2]).permute(0, 3, 2, 1)  # [B, C, m, (re, im)]
+            b, p, c = x.shape
+            chunks = forward.shape[0] // b
+            spec = torch.bmm(forward.to(x.dtype), x.reshape(b * chunks, p // chunks, c))  # [B S, 2m, C]
+            spec = spec.view(b, chunks, 2 * m, c).sum(1)  # [B, 2m, C]
+            spec = spec.view(b, 2, m, c).permute(0, 3, 2, 1)  # [B, C, m, (re, im)]
         else:
             spec = torch.bmm(x, forward.to(x.dtype).transpose(1, 2))  # [B, C, 2m]
             spec = spec.reshape(*x.shape[:2], 2, m).transpose(-1, -2)  # [B, C, m, (re, im)]
@@ -226,12 +238,22 @@ class DSE(nn.Module):
             y = torch.view_as_real(y)
         if self.channels_last:  # -> [B, P, C]
             forward, scale = basis
-            ys = y.permute(0, 3, 2, 1).reshape(y.shape[0], -1, y.shape[1])  # [B, (re m | im m), C]
+            b, c = y.shape[:2]
+            chunks = forward.shape[0] // b
+            ys = y.permute(0, 3, 2, 1).reshape(b, -1, c) * scale.to(y.dtype)  # [B, (re m | im m), C]
+            ys = ys[:, None].expand(b, chunks, *ys.shape[1:]).reshape(b * chunks, -1, c)  # the same for every chunk
             # Re(Y e^{ikx}) = Yr cos - Yi sin: the forward rows are (cos, -sin), so its transpose does it
-            return torch.bmm(forward.to(ys.dtype).transpose(1, 2), ys * scale.to(ys.dtype))
+            out = torch.bmm(forward.to(ys.dtype).transpose(1, 2), ys)  # [B S, P/S, C]
+            return out.view(b, -1, c)
         _, inverse = basis
         ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
         return torch.bmm(ys, inverse.to(ys.dtype))
+
+
+def particle_chunks(p: int) -> int:
+    """How many equal chunks the DSE splits P particles into: the most that divides P with chunks of at least
+    DSE_CHUNK particles (1 below 2 x DSE_CHUNK)."""
+    return max((s for s in range(1, p // DSE_CHUNK + 1) if p % s == 0), default=1)
 
 
 def kaiser_bessel(t, width: float, beta: float):
