@@ -15,7 +15,9 @@ learned weights, inverse transform. The transform depends on where the samples l
 - DSE (PIC1D): direct spectral evaluation on non-uniform particles x_j in [0, 2*pi): the Vandermonde
   matrix V[k, j] = exp(-i k x_j), k = 0..m-1, applied as one real matmul (cos and sin rows); the
   inverse is its adjoint with the irfft weights (1 for k = 0, 2 otherwise) and 1/P. On particles at
-  the grid points 2*pi*j/P it equals rfft / irfft of the truncated spectrum.
+  the grid points 2*pi*j/P it equals rfft / irfft of the truncated spectrum. dse_layout=channels-last (the
+  workload's default): activations [B, P, C], one matrix for both ways, the products over the particles in chunks,
+  and compiled, the one-channel head fused with its GELU (see DSE and FNO._forward_channels_last).
 - ParticleIndexNUFFT (PIC2D, CARAML's operator, the default): CARAML's Kaiser-Bessel path. torchkbnufft's
   KbNufft / KbNufftAdjoint over the particle *index* (im_size (P,), grid 2P, norm ortho, the trajectory
   -P/2 .. P/2-1 in radians, positions unused: the y coordinate is just a channel); the first kX trajectory
