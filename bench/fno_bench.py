@@ -1,7 +1,7 @@
 """FNO training benchmark on one GPU: a plain loop (this process) against `caraml run fno` (subprocesses).
 
     PYTHONPATH=src python3 bench/fno_bench.py --out DIR [--only NAME,... | --group issue19|issue19-recheck|
-                                             issue23-pic] [--budget SECONDS] [--smoke]
+                                             issue23-pic|issue23-pic1d] [--budget SECONDS] [--smoke]
 
 RBC2D and RBC3D at CARAML's settings (widths 16/25, modes 12x12 / 12x12x6, 2 layers, batch 20,
 256x64 / 64x64x32 grids, Adam, relative L2 loss), synthetic data on the GPU (two batches alternated).
@@ -31,7 +31,10 @@ relative (norm-wise), beside the floor TF32 sets (torchkbnufft against itself, t
 bench/pic_tf32_cpu.py emulates all of it on a CPU). `--group issue19-recheck`: RBC2D caraml against plain, the
 profile, PIC2D's two backends, PIC1D.
 `--group issue23-pic` (PIC throughput, budget 180 s): that check, PIC2D matrix eager/compiled and torchkbnufft
-eager, PIC1D eager/compiled, through `caraml run`.
+eager, PIC1D eager/compiled, through `caraml run`. `--group issue23-pic1d` (budget 150 s): PIC1D with
+dse_layout=channels-last (the default) against channels-first (the layout before), compiled and eager, and
+`PIC1D_layout_check`: the two layouts' output and gradients on one batch in this process (matmul precision highest
+and high), against 1e-4 and the TF32 floor.
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -123,6 +127,10 @@ POINTS = {
     "RBC3D_neuralop_compiled": _p("RBC3D", lib="neuralop", compile="default"),
     "PIC1D_caraml_eager": _c("PIC1D"),
     "PIC1D_caraml_compiled": _c("PIC1D", "compile=inductor"),
+    # issue 23: PIC1D's layout before (channels-first: [B, C, P], a forward and an inverse Vandermonde matrix)
+    "PIC1D_caraml_channels_first_eager": _c("PIC1D", "dse_layout=channels-first"),
+    "PIC1D_caraml_channels_first_compiled": _c("PIC1D", "dse_layout=channels-first", "compile=inductor"),
+    "PIC1D_layout_check": {"problem": "PIC1D", "layout_check": True, "compiled": True},
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
@@ -148,8 +156,14 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
     # against torchkbnufft), PIC2D matrix eager/compiled and torchkbnufft eager, PIC1D eager/compiled (~2 minutes)
     "issue23-pic": [
         "PIC2D_nufft_check", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_matrix_compiled", "PIC2D_caraml_eager",
-        "PIC1D_caraml_eager", "PIC1D_caraml_compiled"]}
-GROUP_BUDGETS = {"issue23-pic": 180}  # seconds, where --budget is not given (else 420)
+        "PIC1D_caraml_eager", "PIC1D_caraml_compiled"],
+    # issue 23, PIC1D: dse_layout=channels-last (the default now) against channels-first (before), eager and
+    # compiled through `caraml run` (about 2 minutes)
+    "issue23-pic1d": [
+        "PIC1D_caraml_compiled", "PIC1D_caraml_channels_first_compiled", "PIC1D_caraml_eager",
+        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check"]}
+GROUP_BUDGETS = {"issue23-pic": 180, "issue23-pic1d": 150}  # seconds, where --budget is not given (else 420)
+PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 at the start of issue 23
 
 
 # CARAML's data path (data=file through its DataLoaders) beside data on the device: `--only data` runs these
@@ -424,7 +438,8 @@ def _operator_results(size: dict, backend: str, device) -> dict:
     return {"spectrum": spec.detach(), "inverse": back.detach(), "input_grad": x.grad}
 
 
-def _model_results(pb, size: dict, backend: str, compiled: bool, x, y, input_noise: float = 0.0) -> dict:
+def _model_results(pb, size: dict, backend: str, compiled: bool, x, y, input_noise: float = 0.0,
+                   dse_layout: str = "channels-first") -> dict:
     """The FNO (CARAML's initial weights from seed 0) on one batch: output, L1 loss gradients w.r.t. the input and
     every weight; input_noise: the input times 1 + input_noise * N(0, 1)."""
     import torch
@@ -435,7 +450,7 @@ def _model_results(pb, size: dict, backend: str, compiled: bool, x, y, input_noi
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = build_model(pb, size["width"], size["modes"], pb.layers, particles=size["particles"],
-                        nufft_backend=backend).to(x.device)
+                        nufft_backend=backend, dse_layout=dse_layout).to(x.device)
     forward = torch.compile(model) if compiled else model
     noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(9)).to(x.device)
     x = (x * (1 + input_noise * noise)).requires_grad_(True)
@@ -509,6 +524,59 @@ def nufft_check(spec: dict) -> dict:
             "within_tf32_floor": all(c["within_tf32_floor"] for c in checks.values())}
 
 
+# PIC1D: the channels-last layout against channels-first ----------------------------------------------------
+LAYOUT_CHECK_SMOKE = {"width": 8, "modes": (4,), "particles": 512, "batch": 2}
+
+
+def layout_check(spec: dict) -> dict:
+    """PIC1D's model in dse_layout=channels-last against channels-first on one batch from the same weights, eager,
+    under matmul precision highest and high (TF32 on GPUs, CARAML's), and channels-last compiled under high, beside
+    the floor TF32 sets (channels-first against itself, the input moved by float32 rounding); pass/fail at 1e-4
+    relative (norm-wise)."""
+    import torch
+
+    from caraml.workloads.fno.problems import PROBLEMS
+
+    pb, device = PROBLEMS["PIC1D"], torch.device(RUN["device"])
+    size = LAYOUT_CHECK_SMOKE if RUN["smoke"] else {"width": pb.width, "modes": pb.modes, "particles": pb.particles,
+                                                    "batch": pb.batch_size}
+    gen = torch.Generator(device="cpu").manual_seed(5)
+    x = torch.randn(size["batch"], pb.in_channels, size["particles"], generator=gen)
+    x[:, 0] = 2 * math.pi * torch.rand(size["batch"], size["particles"], generator=gen)
+    y = torch.randn(size["batch"], pb.out_channels, size["particles"], generator=gen)
+    x, y = x.to(device), y.to(device)
+    before, checks, refs = torch.get_float32_matmul_precision(), {}, {}
+    try:
+        for precision in ("highest", "high"):
+            torch.set_float32_matmul_precision(precision)
+            refs[precision] = ref = _model_results(pb, size, "torchkbnufft", False, x, y, dse_layout="channels-first")
+            now = _model_results(pb, size, "torchkbnufft", False, x, y, dse_layout="channels-last")
+            checks[precision] = _compare(now, ref)
+            if precision == "high":  # TF32's own error, each layout against channels-first under highest
+                tf32_error = {"channels-first": _compare(ref, refs["highest"]),
+                              "channels-last": _compare(now, refs["highest"])}
+        if spec.get("compiled"):  # channels-last compiled (the fused one-channel head too) against eager, high
+            checks["high, compiled"] = _compare(_model_results(pb, size, "torchkbnufft", True, x, y,
+                                                               dse_layout="channels-last"), ref)
+        floor = _compare(_model_results(pb, size, "torchkbnufft", False, x, y, input_noise=2.0 ** -24,
+                                        dse_layout="channels-first"), ref)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    tf32 = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+    # under TF32 the layouts round different operands (V and c/P Y, against c/P V): what they may differ by is
+    # TF32's own error, measured here as channels-first's under high against highest (floor: the input moved)
+    bound = max(NUFFT_TOLERANCE, floor["max_rel_diff"], tf32_error["channels-first"]["max_rel_diff"])
+    return {"status": "ok", "tf32": tf32, "tolerance": NUFFT_TOLERANCE,
+            "size": {k: list(v) if isinstance(v, tuple) else v for k, v in size.items()},
+            "layout_checks": checks, "floor_of": "channels-first",
+            "tf32_floor": {k: floor[k] for k in ("rel_diff", "max_rel_diff")},
+            "tf32_error": {k: {"rel_diff": c["rel_diff"], "max_rel_diff": c["max_rel_diff"]}
+                           for k, c in tf32_error.items()},
+            "equal_within_1e-4": {k: c["pass"] for k, c in checks.items()},
+            "high_within_tf32_floor": all(c["max_rel_diff"] <= bound for k, c in checks.items()
+                                          if k.startswith("high"))}
+
+
 # caraml ------------------------------------------------------------------------------------------------
 def caraml(spec: dict, results: Path, timeout: float) -> dict:
     problem = spec["problem"]
@@ -553,7 +621,7 @@ def summary(by: dict) -> dict:
     out = {"speedup_vs_eager": {}, "caraml_over_plain": {}, "goals": {}, "data_paths": data_summary(by)}
     for name, _row in by.items():
         spec = POINTS[name]
-        if name in DATA_POINTS or spec.get("nufft_check"):
+        if name in DATA_POINTS or spec.get("nufft_check") or spec.get("layout_check"):
             continue
         if "caraml" in spec:
             twin = name.replace("_caraml_", "_plain_").replace("_power_off", "").replace("_epochs", "_compiled")
@@ -587,6 +655,17 @@ def summary(by: dict) -> dict:
     ratios = out.get("pic2d_matrix_over_torchkbnufft")
     if ratios:
         out["goals"]["pic2d_matrix_at_least_2x_torchkbnufft"] = min(ratios.values()) >= 2
+    # issue 23: PIC1D channels-last (now) over channels-first (before); the goal: compiled >= 2 x 1,193 samples/s
+    for scope in ("eager", "compiled"):
+        now, before = rate(f"PIC1D_caraml_{scope}"), rate(f"PIC1D_caraml_channels_first_{scope}")
+        if now and before:
+            out.setdefault("pic1d_channels_last_over_first", {})[scope] = now / before
+    layouts = by.get("PIC1D_layout_check") or {}
+    if layouts.get("status") == "ok":
+        out["goals"]["pic1d_layouts_equal_within_1e-4"] = layouts["equal_within_1e-4"]
+        out["goals"]["pic1d_layouts_within_tf32_floor"] = layouts["high_within_tf32_floor"]
+    if rate("PIC1D_caraml_compiled"):
+        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = rate("PIC1D_caraml_compiled") >= 2 * PIC1D_START
     check = by.get("PIC2D_nufft_check") or {}
     if check.get("status") == "ok":
         out["goals"]["pic2d_matrix_equal_within_1e-4"] = check["equal_within_1e-4"]
@@ -662,7 +741,8 @@ def main() -> None:
             row = (data_point(spec, out, timeout=left) if name in DATA_POINTS else
                    caraml(spec, out / "results", timeout=left) if "caraml" in spec else
                    profile_point(spec) if spec.get("profile") else
-                   nufft_check(spec) if spec.get("nufft_check") else plain(spec))
+                   nufft_check(spec) if spec.get("nufft_check") else
+                   layout_check(spec) if spec.get("layout_check") else plain(spec))
         except OutOfTime:
             row = {"status": "timeout", "error": f"stopped at the time budget after {time.monotonic() - t0:.0f} s"}
             torch._dynamo.reset()
@@ -698,12 +778,24 @@ def main() -> None:
             print(f"    matrix vs torchkbnufft, {cname:<15} {'pass' if c['pass'] else 'FAIL'} (< {r['tolerance']:g}, "
                   f"matmul precision {r['matmul_precision']}, TF32 {'on' if r['tf32'] else 'absent'}; within the "
                   f"TF32 floor: {'yes' if c['within_tf32_floor'] else 'NO'}): {diffs}")
+        for cname, c in (r.get("layout_checks") or {}).items():  # PIC1D's layouts
+            diffs = ", ".join(f"{k} {v:.1e}" for k, v in c["rel_diff"].items())
+            tf32 = "on" if r["tf32"] and cname.startswith("high") else "off"
+            verdict = "pass" if c["pass"] else "FAIL"
+            print(f"    channels-last vs channels-first, matmul precision {cname:<14} {verdict} "
+                  f"(< {r['tolerance']:g}; TF32 {tf32}): {diffs}")
+        for lname, c in (r.get("tf32_error") or {}).items():
+            diffs = ", ".join(f"{k} {v:.1e}" for k, v in c["rel_diff"].items())
+            print(f"    TF32's own error: {lname}, precision high against channels-first highest: {diffs}")
         if r.get("tf32_floor"):
             diffs = ", ".join(f"{k} {v:.1e}" for k, v in r["tf32_floor"]["rel_diff"].items())
-            print(f"    floor: torchkbnufft, the input moved by 2^-24: {diffs}")
+            print(f"    floor: {r.get('floor_of', 'torchkbnufft')}, the input moved by 2^-24: {diffs}")
     if summ.get("pic2d_matrix_over_torchkbnufft"):
         print("PIC2D matrix / torchkbnufft (caraml run):", json.dumps(
             {k: round(v, 3) for k, v in summ["pic2d_matrix_over_torchkbnufft"].items()}))
+    if summ.get("pic1d_channels_last_over_first"):
+        print("PIC1D channels-last / channels-first (caraml run):", json.dumps(
+            {k: round(v, 3) for k, v in summ["pic1d_channels_last_over_first"].items()}))
     if summ.get("ours_over_neuralop"):
         print("ours / neuraloperator (samples/s):", json.dumps({k: round(v, 3) for k, v in
                                                                summ["ours_over_neuralop"].items()}))

@@ -566,3 +566,79 @@ def test_data_files_layout_and_bad_files(tmp_path):
     with pytest.raises(BadInput, match="data=file needs data_path"):
         files.resolve_path("", pic, None)
     assert files.resolve_path(str(tmp_path), pic, None) == tmp_path / pic.file
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("complex_weights", [False, True])
+@pytest.mark.parametrize("norm", ["backward", "ortho"])
+@pytest.mark.parametrize("chunk", [2048, 50])
+def test_dse_layouts_are_the_same_operator(dtype, complex_weights, norm, chunk, monkeypatch):
+    """PIC1D's channels-last layout (one Vandermonde matrix, [B, P, C], the particles in chunks of `chunk`: 300 in 1
+    or 6) against channels-first (the implementation before): output, input and weight gradients within 1e-4
+    relative (norm-wise), from the same weights."""
+    import torch.nn.functional as F
+
+    from caraml.workloads.fno import model as fno_model
+    from caraml.workloads.fno.model import FNO
+
+    monkeypatch.setattr(fno_model, "DSE_CHUNK", chunk)
+    assert fno_model.particle_chunks(300) == (1 if chunk == 2048 else 6)
+
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 2, 300, generator=gen, dtype=dtype)
+    x[:, 0] = 2 * math.pi * torch.rand(2, 300, generator=gen, dtype=dtype)
+    y = torch.randn(2, 1, 300, generator=gen, dtype=dtype)
+    results, weights = [], None
+    for layout in ("channels-first", "channels-last"):
+        model = FNO(2, 1, 8, (5,), 3, kind="dse", complex_weights=complex_weights, dse_layout=layout).to(dtype)
+        model.transform.norm = norm
+        if weights is None:
+            weights = model.state_dict()
+        model.load_state_dict(weights)
+        xx = x.clone().requires_grad_(True)
+        out = model(xx)
+        F.l1_loss(out, y).backward()
+        assert out.shape == (2, 1, 300) and model.channels_last == (layout == "channels-last")
+        results.append({"out": out.detach(), "x": xx.grad[:, 1], **{n: p.grad for n, p in model.named_parameters()}})
+    first, last = results
+    for name, ref in first.items():
+        rel = ((last[name] - ref).abs().norm() / ref.abs().norm()).item()
+        assert rel < 1e-4, (name, rel)
+
+
+def test_dse_layout_is_refused_off_pic1d_and_quiet_at_its_default():
+    from caraml.errors import BadInput
+    from caraml.params import id_view, resolve
+    from caraml.workloads.fno import PARAMS
+
+    assert _config(problem="PIC1D").dse_layout == "channels-last"
+    assert _config(problem="PIC1D", dse_layout="channels-first").dse_layout == "channels-first"
+    with pytest.raises(BadInput, match="dse_layout=channels-first applies to PIC1D only"):
+        _config(problem="RBC2D", dse_layout="channels-first")
+    # the configuration ids of PIC1D points stored before the parameter (the same operator) stay as they were
+    assert "dse_layout" not in id_view(PARAMS, resolve(PARAMS, {"problem": "PIC1D"}, "fno"))
+    assert id_view(PARAMS, resolve(PARAMS, {"problem": "PIC1D", "dse_layout": "channels-first"}, "fno"))[
+        "dse_layout"] == "channels-first"
+
+
+def test_pic1d_compiled_head_is_the_same_projection(monkeypatch):
+    """Compiled, channels-last PIC1D's last layer (one output channel) is a weighted sum inductor fuses with the GELU:
+    the same output and gradients as F.linear, within 1e-4 (here its math, traced eagerly)."""
+    import torch.nn.functional as F
+
+    from caraml.workloads.fno import model as fno_model
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 2, 200, generator=gen)
+    x[:, 0] = 2 * math.pi * torch.rand(2, 200, generator=gen)
+    y = torch.randn(2, 1, 200, generator=gen)
+    results = []
+    for compiling in (False, True):
+        monkeypatch.setattr(fno_model, "_compiling", lambda c=compiling: c)
+        torch.manual_seed(0)
+        model = fno_model.FNO(2, 1, 8, (5,), 2, kind="dse", dse_layout="channels-last")
+        out = model(x)
+        F.l1_loss(out, y).backward()
+        results.append({"out": out.detach(), **{n: p.grad for n, p in model.named_parameters()}})
+    for name, ref in results[0].items():
+        assert ((results[1][name] - ref).norm() / ref.norm()).item() < 1e-5, name

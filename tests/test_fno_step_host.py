@@ -113,3 +113,23 @@ def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
     reference = {"output": torch.randn(50), "grad w": torch.randn(50)}
     off = fb._compare({"output": reference["output"], "grad w": reference["grad w"] * (1 + 2e-4)}, reference)
     assert not off["pass"] and off["rel_diff"]["weight_grads_max"] == pytest.approx(2e-4, rel=1e-3)
+
+
+def test_bench_script_layout_check_compares_pic1d_layouts(monkeypatch):
+    fb = _fno_bench_module()
+    monkeypatch.setitem(fb.RUN, "device", "cpu")
+    monkeypatch.setitem(fb.RUN, "smoke", True)
+    spec = fb.POINTS["PIC1D_layout_check"]
+    assert spec["compiled"] and "PIC1D_layout_check" in fb.GROUPS["issue23-pic1d"]
+    row = fb.layout_check({**spec, "compiled": False})  # the compiled model: the script's --smoke compiles it
+    assert set(row["layout_checks"]) == {"highest", "high"} and not row["tf32"], row
+    assert all(row["equal_within_1e-4"].values()) and row["high_within_tf32_floor"]
+    assert 0 < row["layout_checks"]["high"]["max_rel_diff"] < 1e-5  # the same operator, summed in another order
+    assert row["tf32_error"]["channels-first"]["max_rel_diff"] == 0  # no TF32 on a CPU: high is highest
+    rates = {"PIC1D_caraml_compiled": 2500.0, "PIC1D_caraml_channels_first_compiled": 1200.0,
+             "PIC1D_caraml_eager": 900.0, "PIC1D_caraml_channels_first_eager": 700.0}
+    by = {name: {"status": "ok", "samples_per_s": v} for name, v in rates.items()}
+    summary = fb.summary({**by, "PIC1D_layout_check": row})
+    assert summary["pic1d_channels_last_over_first"] == pytest.approx({"eager": 900 / 700, "compiled": 2500 / 1200})
+    assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True
+    assert summary["goals"]["pic1d_layouts_equal_within_1e-4"] == {"highest": True, "high": True}

@@ -110,6 +110,12 @@ PARAMS = [
     Param("nufft_backend", str, "torchkbnufft", "PIC2D's CARAML operator computed by torchkbnufft (as CARAML) or as "
           "matrix (torchkbnufft's operator at the kept modes, taken once as a dense matrix: the same results, "
           "float64 matmuls whatever TF32 says)", choices=("torchkbnufft", "matrix")),
+    # the same operator in either layout (to rounding); added later: at its default, ids stay as before
+    Param("dse_layout", str, "channels-last", "PIC1D only: its activations as [B, P, C] with one Vandermonde matrix "
+          "per batch for both transforms (channels-last: no layout copies in the pointwise layers) or as [B, C, P] "
+          "with a forward and an inverse matrix (channels-first, CARAML's Conv1d layout, the implementation before); "
+          "the same results to float rounding", choices=("channels-last", "channels-first"),
+          identifies_at_default=False),
     Param("caraml_version", str, "none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
           "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and fp16, compiled "
           "training) or 2026.02 (batch 4, validation batch 1, fp32, eager); none: not one of CARAML's",

@@ -82,6 +82,8 @@ class FNOConfig:
     nufft_backend: str
     """how CARAML's PIC2D operator is computed: torchkbnufft (as CARAML) or matrix (the same operator as a dense
     matrix)"""
+    dse_layout: str
+    """PIC1D's activations: channels-last ([B, P, C], one Vandermonde matrix) or channels-first ([B, C, P], two)"""
     caraml_version: str
     """which CARAML configuration the point follows (2025.02, 2026.02), or none"""
 
@@ -128,6 +130,9 @@ class FNOConfig:
         if pb.kind == "kbnufft" and values["complex_mixed_precision"]:
             raise BadInput("fno: complex_mixed_precision=on is not available for PIC2D's CARAML operator (torchkbnufft "
                            "runs in complex64): use complex_mixed_precision=off or pic2d_operator=grid2d")
+        if pb.kind != "dse" and values["dse_layout"] != "channels-last":
+            raise BadInput(f"fno: dse_layout={values['dse_layout']} applies to PIC1D only (its direct spectral "
+                           f"evaluation); {pb.name} has no DSE: leave dse_layout out")
         modes, grid = _shapes(values, pb)
         particles = (values["particles"] or pb.particles) if pb.kind != "grid" else 0
         if values["data"] in ("synthetic", "synthetic-host"):  # a file's grid is checked when the file is read

@@ -15,7 +15,9 @@ learned weights, inverse transform. The transform depends on where the samples l
 - DSE (PIC1D): direct spectral evaluation on non-uniform particles x_j in [0, 2*pi): the Vandermonde
   matrix V[k, j] = exp(-i k x_j), k = 0..m-1, applied as one real matmul (cos and sin rows); the
   inverse is its adjoint with the irfft weights (1 for k = 0, 2 otherwise) and 1/P. On particles at
-  the grid points 2*pi*j/P it equals rfft / irfft of the truncated spectrum.
+  the grid points 2*pi*j/P it equals rfft / irfft of the truncated spectrum. dse_layout=channels-last (the
+  workload's default): activations [B, P, C], one matrix for both ways, the products over the particles in chunks,
+  and compiled, the one-channel head fused with its GELU (see DSE and FNO._forward_channels_last).
 - ParticleIndexNUFFT (PIC2D, CARAML's operator, the default): CARAML's Kaiser-Bessel path. torchkbnufft's
   KbNufft / KbNufftAdjoint over the particle *index* (im_size (P,), grid 2P, norm ortho, the trajectory
   -P/2 .. P/2-1 in radians, positions unused: the y coordinate is just a channel); the first kX trajectory
@@ -54,6 +56,11 @@ NUFFT_BACKENDS = ("torchkbnufft", "matrix")  # how CARAML's PIC2D operator is co
 # and one GEMM each (3xTF32, hi/lo splits, would be three GEMMs plus bit masks); the matrices are only P x 2 kX,
 # so FP64 tensor cores (H100/H200: the FP32 SIMT rate) keep the backend far ahead of torchkbnufft
 MATRIX_PRODUCT_DTYPE = torch.float64
+# PIC1D's activations: [B, P, C] with one Vandermonde matrix (channels-last) or [B, C, P] as CARAML's Conv1d
+DSE_LAYOUTS = ("channels-last", "channels-first")
+# particles per chunk of the channels-last DSE's products (at least): 100,000 particles in 40 chunks of 2,500, so a
+# batch of 20 is 800 GEMMs of K = 2,500 (see DSE)
+DSE_CHUNK = 2048
 
 
 class Pointwise(nn.Module):
@@ -167,45 +174,88 @@ class GridFFT(nn.Module):
 
 
 class DSE(nn.Module):
-    """Direct spectral evaluation on 1D particles: one Vandermonde matrix per sample, used by every layer."""
+    """Direct spectral evaluation on 1D particles: one Vandermonde matrix per sample, used by every layer.
 
-    def __init__(self, modes: tuple[int, ...]):
+    channels_last (the default layout, dse_layout=channels-last): activations [B, P, C], so that the pointwise layers
+    are plain [B P, C] products (channels-first [B, C, P] makes torch.matmul copy every input into that layout, in
+    both passes), and one basis V [B, 2m, P] serves both transforms of every layer: forward V @ h, inverse
+    V^T @ (scale * Y), the irfft weights and 1/P put on the small spectrum instead of on a second [B, 2m, P] matrix.
+    V is kept as S chunks of the particles, [B S, 2m, P/S], and the products over P run per chunk, then summed: a
+    batched GEMM of B [2m x P] x [P x C] products is B output tiles, B thread blocks on a GPU of 132 SMs reading
+    P-long operands (cuBLAS's batched GEMMs do not split K), where B S blocks read the same bytes in parallel.
+    The same operator as channels-first (the layout before, a forward and an inverse matrix), to rounding.
+    """
+
+    def __init__(self, modes: tuple[int, ...], channels_last: bool = False):
         super().__init__()
         self.modes = tuple(modes)
         self.block = (modes[0],)
         self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
+        self.channels_last = channels_last
 
     def describe(self) -> str:
-        return f"direct spectral evaluation (Vandermonde matmul) on the particle positions, {self.modes[0]} modes"
+        layout = ("[B, P, C] activations, one Vandermonde matrix for both ways" if self.channels_last else
+                  "[B, C, P] activations, a forward and an inverse matrix (dse_layout=channels-first)")
+        return (f"direct spectral evaluation (Vandermonde matmul) on the particle positions, {self.modes[0]} modes, "
+                + layout)
 
     def prepare(self, x):
-        """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j)."""
+        """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j).
+        The inverse, with the irfft weights: y_j = (1/P) sum_k c_k Re(Y_k exp(i k x_j)), c_0 = 1, c_k = 2.
+        channels-first: (forward, inverse) matrices; channels-last: (forward, inverse scale [2m, 1])."""
         pos = x[:, 0].float()
+        b, p = pos.shape
+        # channels-last: the particles in S chunks, V as [B S, 2m, P/S] (see the class); channels-first: [B, 2m, P]
+        chunks = particle_chunks(p) if self.channels_last else 1
+        pos = pos.reshape(b * chunks, 1, p // chunks)
         k = torch.arange(self.modes[0], device=x.device, dtype=torch.float32)
-        phase = k[None, :, None] * pos[:, None, :]
+        phase = k[None, :, None] * pos
         forward = torch.cat([torch.cos(phase), -torch.sin(phase)], 1)
-        # adjoint with the irfft weights: y_j = (1/P) sum_k c_k Re(Y_k exp(i k x_j)), c_0 = 1, c_k = 2
         c = torch.full((self.modes[0],), 2.0, device=x.device)
         c[0] = 1.0
-        p = pos.shape[-1]
-        if self.norm == "ortho":
-            return forward / math.sqrt(p), forward * (torch.cat([c, c]) / math.sqrt(p))[None, :, None]
-        return forward, forward * (torch.cat([c, c]) / p)[None, :, None]
+        if self.norm == "ortho":  # 1/sqrt(P) both ways: the inverse is the scaled forward's transpose times c
+            forward, scale = forward / math.sqrt(p), torch.cat([c, c])
+        else:
+            scale = torch.cat([c, c]) / p
+        if self.channels_last:
+            return forward, scale[:, None]
+        return forward, forward * scale[None, :, None]
 
     def forward(self, x, basis, complex_out: bool):
         forward, _ = basis
         m = self.modes[0]
-        spec = torch.bmm(x, forward.to(x.dtype).transpose(1, 2))  # [B, C, 2m]
-        spec = spec.reshape(*x.shape[:2], 2, m).transpose(-1, -2)  # [B, C, m, (re, im)]
+        if self.channels_last:  # x [B, P, C]
+            b, p, c = x.shape
+            chunks = forward.shape[0] // b
+            spec = torch.bmm(forward.to(x.dtype), x.reshape(b * chunks, p // chunks, c))  # [B S, 2m, C]
+            spec = spec.view(b, chunks, 2 * m, c).sum(1)  # [B, 2m, C]
+            spec = spec.view(b, 2, m, c).permute(0, 3, 2, 1)  # [B, C, m, (re, im)]
+        else:
+            spec = torch.bmm(x, forward.to(x.dtype).transpose(1, 2))  # [B, C, 2m]
+            spec = spec.reshape(*x.shape[:2], 2, m).transpose(-1, -2)  # [B, C, m, (re, im)]
         return torch.view_as_complex(spec.contiguous()) if complex_out else spec
 
     def inverse(self, y, basis, spatial):
-        _, inverse = basis
         if y.is_complex():
             y = torch.view_as_real(y)
+        if self.channels_last:  # -> [B, P, C]
+            forward, scale = basis
+            b, c = y.shape[:2]
+            chunks = forward.shape[0] // b
+            ys = y.permute(0, 3, 2, 1).reshape(b, -1, c) * scale.to(y.dtype)  # [B, (re m | im m), C]
+            ys = ys[:, None].expand(b, chunks, *ys.shape[1:]).reshape(b * chunks, -1, c)  # the same for every chunk
+            # Re(Y e^{ikx}) = Yr cos - Yi sin: the forward rows are (cos, -sin), so its transpose does it
+            out = torch.bmm(forward.to(ys.dtype).transpose(1, 2), ys)  # [B S, P/S, C]
+            return out.view(b, -1, c)
+        _, inverse = basis
         ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
-        # Re(Y e^{ikx}) = Yr cos - Yi sin: the inverse rows are (c cos, -c sin), so one matmul does it
         return torch.bmm(ys, inverse.to(ys.dtype))
+
+
+def particle_chunks(p: int) -> int:
+    """How many equal chunks the DSE splits P particles into: the most that divides P with chunks of at least
+    DSE_CHUNK particles (1 below 2 x DSE_CHUNK)."""
+    return max((s for s in range(1, p // DSE_CHUNK + 1) if p % s == 0), default=1)
 
 
 def kaiser_bessel(t, width: float, beta: float):
@@ -407,6 +457,12 @@ class ParticleIndexNUFFT(nn.Module):
         return out.real.reshape(b, c, p)
 
 
+def _compiling() -> bool:
+    """Whether torch.compile is tracing this call (torch >= 2.3: torch.compiler.is_compiling)."""
+    check = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+    return bool(check())
+
+
 def no_autocast(t):
     """Autocast off for the device of `t` (the meta device used to count FLOPs has no autocast)."""
     if t.device.type in ("cuda", "cpu", "xpu", "mps", "hpu"):
@@ -421,15 +477,21 @@ class FNO(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, width: int, modes: tuple[int, ...], layers: int,
                  kind: str = "grid", complex_weights: bool = False, half_spectral: bool = False,
-                 particles: int = 0, nufft_backend: str = "torchkbnufft"):
+                 particles: int = 0, nufft_backend: str = "torchkbnufft", dse_layout: str = "channels-first"):
         super().__init__()
+        if dse_layout not in DSE_LAYOUTS:
+            raise ValueError(f"dse layout {dse_layout!r}: choose one of {', '.join(DSE_LAYOUTS)}")
         self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
+        # activations [B, P, C] (DSE only): see DSE
+        self.channels_last = kind == "dse" and dse_layout == "channels-last"
         if kind == "kbnufft":
             if half_spectral:
                 raise ValueError("CARAML's PIC2D operator runs in complex64 (torchkbnufft): no fp16 spectra")
             self.transform = ParticleIndexNUFFT(modes, particles, nufft_backend)
+        elif kind == "dse":
+            self.transform = DSE(modes, channels_last=self.channels_last)
         else:
-            self.transform = {"grid": GridFFT, "dse": DSE, "nufft": NUFFT2d}[kind](modes)
+            self.transform = {"grid": GridFFT, "nufft": NUFFT2d}[kind](modes)
         if half_spectral:
             self.transform.norm = "ortho"
         self.lift = Pointwise(in_channels, width)
@@ -456,18 +518,33 @@ class FNO(nn.Module):
     def forward(self, x):
         with no_autocast(x):
             basis = self.transform.prepare(x)
+        if self.channels_last:
+            return self._forward_channels_last(x, basis)
         h = self.lift(x)
         for i, skip in enumerate(self.skips):
             h = F.gelu(self._spectral_conv(h, i, basis) + skip(h))  # every layer, the last included (CARAML)
         return self.out(F.gelu(self.project(h)))
 
+    def _forward_channels_last(self, x, basis):
+        """The same layers on [B, P, C] activations: the pointwise layers as F.linear (no layout copies)."""
+        h = F.linear(x.transpose(1, 2), self.lift.weight, self.lift.bias)  # [B, P, width]
+        for i, skip in enumerate(self.skips):
+            h = F.gelu(self._spectral_conv(h, i, basis) + F.linear(h, skip.weight, skip.bias))
+        h = F.gelu(F.linear(h, self.project.weight, self.project.bias))
+        if self.out.weight.shape[0] == 1 and _compiling():
+            # one output channel (PIC1D): a weighted sum over the hidden channels, which inductor fuses with the
+            # GELU, so that the 4 x width hidden activation is read once and its GELU never written
+            return ((h * self.out.weight[0]).sum(-1, keepdim=True) + self.out.bias).transpose(1, 2)
+        return F.linear(h, self.out.weight, self.out.bias).transpose(1, 2)  # [B, out, P]
+
 
 def build_model(problem, width: int, modes: tuple[int, ...], layers: int, complex_weights: bool = False,
-                half_spectral: bool = False, particles: int = 0, nufft_backend: str = "torchkbnufft") -> FNO:
+                half_spectral: bool = False, particles: int = 0, nufft_backend: str = "torchkbnufft",
+                dse_layout: str = "channels-first") -> FNO:
     """The problem's operator; `particles` (PIC: the input's particles, else the problem's) sizes PIC2D's."""
     return FNO(problem.in_channels, problem.out_channels, width, modes, layers, kind=problem.kind,
                complex_weights=complex_weights, half_spectral=half_spectral,
-               particles=particles or problem.particles, nufft_backend=nufft_backend)
+               particles=particles or problem.particles, nufft_backend=nufft_backend, dse_layout=dse_layout)
 
 
 def count_parameters(model: nn.Module) -> int:
