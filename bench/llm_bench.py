@@ -64,7 +64,9 @@ fp8 the MFU against the fp8 and the bf16 peak. Without torchao the fp8 points ar
 Commands of <= 9 minutes each on one H200 (a caraml point is a process: about 50 s bf16, 85 s fp8 at
 micro-batch 16, mostly compilation; see docs/performance.md):
     PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m,fp8_wide --steps 20 --warmup 6 --budget 510
-    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss,levers --steps 20 --warmup 6 --budget 510
+    PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss --budget 330       # about 4.5 minutes
+    LLM_BENCH_FP8_SET=fp8_fast_accum=true PYTHONPATH=src python3 bench/llm_bench.py --only fp8_loss --budget 330
+    PYTHONPATH=src python3 bench/llm_bench.py --only levers --steps 20 --warmup 6 --budget 510
     PYTHONPATH=src python3 bench/llm_bench.py --only fp8_800m_recipes --steps 20 --warmup 6 --budget 510
 
 Prints tokens/s, TFLOP/s by 6N + 12*L*h*s per token, MFU against 989.4 TFLOP/s (H200/H100 SXM dense bf16),
