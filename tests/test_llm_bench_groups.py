@@ -20,7 +20,7 @@ spec.loader.exec_module(bench)
 
 # tokens/s and seconds of each point by (precision, micro-batch), as on the H200 (fp8 compiles longer)
 TOKENS = {("bf16", 16): 91_000.0, ("fp8", 16): 103_000.0, ("fp8", 32): 110_000.0, ("bf16", 32): 90_000.0,
-          ("bf16", 4): 40_000.0, ("fp8", 4): 52_000.0}
+          ("bf16", 4): 40_000.0, ("fp8", 4): 52_000.0, ("bf16", 2): 36_000.0}
 SECONDS = {"bf16": 50.0, "fp8": 85.0, "plain": 70.0}
 
 
@@ -37,8 +37,9 @@ def gpu(monkeypatch):
         calls.append(name)
         clock[0] += SECONDS[precision]
         fast = 1.04 if "fp8_fast_accum=true" in extra else 1.0
+        tail = {"bf16": 5.00, "fp8": 5.02}[precision] + (0.03 if "grad_accumulation=2" in extra else 0)
         return {"name": name, "status": "ok", "tokens_per_s": TOKENS[precision, micro] * fast,
-                "loss": {"last": 5.00 if precision == "bf16" else 5.02}}
+                "loss": {"last": tail + 0.3, "tail_mean": tail, "tail_steps": 20}}
 
     def plain_fp8_point(name, micro, steps, warmup):
         calls.append(name)
@@ -112,10 +113,31 @@ def test_a_point_measured_twice_in_a_run_is_reused(tmp_path, gpu, monkeypatch):
 def test_the_loss_and_fast_accumulation_summaries(tmp_path, gpu, monkeypatch):
     monkeypatch.setattr(bench, "oscar_shaped", lambda out, vocab: str(out / "oscar_shaped"))
     by, _ = _run(tmp_path, ["fp8_loss", "fp8_800m_recipes"], 3600.0)
-    assert by["fp8_loss/summary"]["loss_vs_bf16"] == pytest.approx(0.004)
-    assert by["fp8_loss/fp8"]["loss_vs_bf16"] == pytest.approx(0.004)
+    summary = by["fp8_loss/summary"]  # the tail means compared, not the last iteration's loss
+    assert summary["loss_vs_bf16"] == by["fp8_loss/fp8"]["loss_vs_bf16"] == pytest.approx(0.004)
+    assert summary["control_vs_bf16"] == by["fp8_loss/bf16_control"]["loss_vs_bf16"] == pytest.approx(0.006)
+    assert summary["loss_tail_mean"] == {"bf16": 5.0, "fp8": 5.02, "bf16_control": pytest.approx(5.03)}
+    text = bench.summary_text(summary)
+    assert "last 20 iterations fp8 vs bf16 +0.40%" in text and "two micro-batches vs bf16 +0.60% (the noise" in text
     assert bench.group_jobs("fp8_loss", tmp_path, self_check=False)[0].steps == 200
     assert by["fp8_800m_recipes/summary"]["fast_accum_vs_tensorwise"] == pytest.approx(1.04)
+
+
+def test_the_loss_group_runs_a_bf16_control_in_two_micro_batches_within_its_budget(tmp_path, monkeypatch):
+    """bf16, fp8 (LLM_BENCH_FP8_SET reaches it alone), then bf16 with each batch in two micro-batches (the same
+    samples, seed and global batch): the same settings otherwise, lr and warm-up as the group states them; the
+    three within 5.5 minutes of the H200 by NEED_S."""
+    monkeypatch.setattr(bench, "oscar_shaped", lambda out, vocab: str(out / "oscar_shaped"))
+    monkeypatch.setattr(bench, "FP8_SET", ("fp8_fast_accum=true",))
+    monkeypatch.setitem(bench.RUN, "device", "cuda")
+    jobs = bench.group_jobs("fp8_loss", tmp_path, self_check=False)
+    assert [(j.label, j.fp8, j.base) for j in jobs] == [("bf16", False, True), ("fp8", True, False),
+                                                        ("bf16_control", False, False)]
+    bf16, fp8, control = (set(j.settings) for j in jobs)
+    assert fp8 - bf16 == {"precision=fp8", "fp8_fast_accum=true"} and control - bf16 == {"grad_accumulation=2"}
+    assert (jobs[0].micro, jobs[2].micro) == (4, 2)  # the same global batch of 4
+    assert {f"lr={bench.LOSS['lr']}", f"lr_warmup_samples={bench.LOSS['lr_warmup_samples']}"} <= bf16
+    assert sum(j.need_s(20) for j in jobs) <= 330
 
 
 def test_the_plain_loop_with_torchao_float8_trains_the_same_model_on_the_cpu(monkeypatch):

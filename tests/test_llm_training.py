@@ -259,6 +259,22 @@ def test_details_count_the_steps_after_begin_measure():
     assert details["loss"]["steps"] == 4 and len(b.iteration_times()) == 4
     assert details["loss"]["first"] == b.loss_values()[3] and details["time_per_iteration_s"] > 0
     assert b.info.compiled is False and details["compile_scope"] is None
+    assert details["loss"]["tail_steps"] == 4  # a window shorter than LOSS_TAIL: its mean over every step
+    assert details["loss"]["tail_mean"] == pytest.approx(sum(b.loss_values()[3:]) / 4)
+
+
+def test_the_loss_record_keeps_the_mean_of_the_last_iterations():
+    """The measured window's last LOSS_TAIL losses averaged: what a comparison of two runs' loss reads, one
+    iteration's loss being one batch's."""
+    from caraml.workloads.llm_training.bench import LOSS_TAIL
+
+    b = bench()
+    b.begin_measure()
+    for _ in range(LOSS_TAIL + 3):
+        b.step()
+    loss, values = b.details()["loss"], b.loss_values()
+    assert loss["steps"] == LOSS_TAIL + 3 and loss["tail_steps"] == LOSS_TAIL
+    assert loss["tail_mean"] == pytest.approx(sum(values[3:]) / LOSS_TAIL) and loss["last"] == values[-1]
 
 
 @pytest.mark.parametrize("args, says", [

@@ -34,6 +34,11 @@ from caraml.workloads.llm_training.scaler import LossScaler
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
+# The loss record's tail mean: the mean of the last LOSS_TAIL measured iterations. One iteration's loss is one
+# batch's (micro-batch 4: a few documents), which moves by several % from batch to batch; over 20 the batches'
+# spread averages out, while at the end of a 200-iteration window the curve has flattened enough that the mean
+# still describes where training ended.
+LOSS_TAIL = 20
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -359,8 +364,10 @@ class GPTBench:
         loss = None
         if losses:
             finite = all(math.isfinite(v) for v in losses)
+            tail = losses[-LOSS_TAIL:]
             loss = {"first": losses[0], "last": losses[-1], "finite": finite,
-                    "falling": finite and len(losses) > 1 and losses[-1] < losses[0], "steps": len(losses)}
+                    "falling": finite and len(losses) > 1 and losses[-1] < losses[0], "steps": len(losses),
+                    "tail_mean": sum(tail) / len(tail), "tail_steps": len(tail)}
         vocab = self.sizes["padded_vocab_size"]
         caraml_flops = sizes.caraml_flops_per_iteration(self.global_batch, model.seq_length, model.num_layers,
                                                         model.hidden_size, vocab, self.cfg.compute.recompute != "none",
