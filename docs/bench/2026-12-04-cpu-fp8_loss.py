@@ -2,13 +2,18 @@
 torchao's tensorwise float8 emulated (float8-rounded operands, products in fp32: CPU _scaled_mm is too slow).
 Data first: python -c "from pathlib import Path; import llm_bench; llm_bench.oscar_shaped(Path('/tmp/fp8x'), 50257)"
 (PYTHONPATH=src:bench). Run: PYTHONPATH=src python THIS label precision seed lr warmup_samples steps [k=v ...]"""
-import json, sys, time
+import dataclasses
+import json
+import sys
+import time
+
 import torch
-torch.set_num_threads(1)
+
 from caraml.workloads.llm_training import fp8
 from caraml.workloads.llm_training.bench import train_losses
+
+torch.set_num_threads(1)
 fp8.check = lambda device: None
-import dataclasses
 _lc = fp8.linear_config
 fp8.linear_config = lambda recipe, fast_accum=False: dataclasses.replace(_lc(recipe, fast_accum), emulate=True)
 label, precision, seed, lr, warm, steps = sys.argv[1:7]
