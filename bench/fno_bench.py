@@ -31,10 +31,10 @@ relative (norm-wise), beside the floor TF32 sets (torchkbnufft against itself, t
 bench/pic_tf32_cpu.py emulates all of it on a CPU). `--group issue19-recheck`: RBC2D caraml against plain, the
 profile, PIC2D's two backends, PIC1D.
 `--group issue23-pic` (PIC throughput, budget 180 s): that check, PIC2D matrix eager/compiled and torchkbnufft
-eager, PIC1D eager/compiled, through `caraml run`. `--group issue23-pic1d` (budget 150 s): PIC1D with
+eager, PIC1D eager/compiled, through `caraml run`, then the plain loop at PIC2D matrix (caraml/plain). `--group issue23-pic1d` (budget 150 s): PIC1D with
 dse_layout=channels-last (the default) against channels-first (the layout before), compiled and eager, and
 `PIC1D_layout_check`: the two layouts' output and gradients on one batch in this process (matmul precision highest
-and high), against 1e-4 and the TF32 floor.
+and high), against 1e-4 and the TF32 floor, then the plain loop at PIC1D channels-last (caraml/plain).
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention
@@ -66,15 +66,17 @@ sys.path.insert(0, str(ROOT / "src"))
 STEPS = {"RBC2D": (20, 300), "RBC3D": (10, 100), "PIC1D": (8, 40), "PIC2D": (8, 40)}  # warm-up, measured steps
 # --smoke: the whole script on a CPU with tiny shapes (a check of the script, not a measurement)
 SMOKE = {"RBC2D": {"width": 8, "modes": (4, 4), "grid": (32, 16), "batch": 4},
-         "RBC3D": {"width": 8, "modes": (4, 4, 2), "grid": (16, 16, 8), "batch": 4}}
+         "RBC3D": {"width": 8, "modes": (4, 4, 2), "grid": (16, 16, 8), "batch": 4},
+         "PIC1D": {"width": 8, "modes": (4,), "particles": 512, "batch": 4},
+         "PIC2D": {"width": 8, "modes": (4, 4), "particles": 512, "batch": 4}}
 # profile_steps: steps recorded by torch.profiler per variant (after its warm-up and timed steps)
 RUN = {"device": "cuda", "smoke": False, "profile_steps": 10}
 
 
 def _p(problem, **kw) -> dict:
-    """A point: plain loop options (compile mode None = eager)."""
+    """A point: plain loop options (compile mode None = eager; PIC: the operator's dse_layout, nufft_backend)."""
     return {"problem": problem, "compile": None, "scope": "model", "complex": False, "amp": None, "lib": "caraml",
-            **kw}
+            "dse_layout": "channels-last", "nufft_backend": "torchkbnufft", **kw}
 
 
 # The caraml points measure the plain loop's work: batches made on the device (data=synthetic), not the presets'
@@ -127,6 +129,11 @@ POINTS = {
     "RBC3D_neuralop_compiled": _p("RBC3D", lib="neuralop", compile="default"),
     "PIC1D_caraml_eager": _c("PIC1D"),
     "PIC1D_caraml_compiled": _c("PIC1D", "compile=inductor"),
+    # issue 23: the plain loop at the new PIC points (caraml/plain), the same operators and data shapes
+    "PIC1D_plain_eager": _p("PIC1D"),
+    "PIC1D_plain_compiled": _p("PIC1D", compile="default"),
+    "PIC2D_plain_matrix_eager": _p("PIC2D", nufft_backend="matrix"),
+    "PIC2D_plain_matrix_compiled": _p("PIC2D", nufft_backend="matrix", compile="default"),
     # issue 23: PIC1D's layout before (channels-first: [B, C, P], a forward and an inverse Vandermonde matrix)
     "PIC1D_caraml_channels_first_eager": _c("PIC1D", "dse_layout=channels-first"),
     "PIC1D_caraml_channels_first_compiled": _c("PIC1D", "dse_layout=channels-first", "compile=inductor"),
@@ -156,12 +163,12 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
     # against torchkbnufft), PIC2D matrix eager/compiled and torchkbnufft eager, PIC1D eager/compiled (~2 minutes)
     "issue23-pic": [
         "PIC2D_nufft_check", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_matrix_compiled", "PIC2D_caraml_eager",
-        "PIC1D_caraml_eager", "PIC1D_caraml_compiled"],
+        "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "PIC2D_plain_matrix_compiled", "PIC2D_plain_matrix_eager"],
     # issue 23, PIC1D: dse_layout=channels-last (the default now) against channels-first (before), eager and
     # compiled through `caraml run` (about 2 minutes)
     "issue23-pic1d": [
         "PIC1D_caraml_compiled", "PIC1D_caraml_channels_first_compiled", "PIC1D_caraml_eager",
-        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check"]}
+        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check", "PIC1D_plain_compiled", "PIC1D_plain_eager"]}
 GROUP_BUDGETS = {"issue23-pic": 180, "issue23-pic1d": 150}  # seconds, where --budget is not given (else 420)
 PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 at the start of issue 23
 
@@ -272,19 +279,23 @@ def _plain_setup(spec: dict):
     if cuda:
         torch.cuda.empty_cache()
     size = SMOKE[pb.name] if RUN["smoke"] else {"width": pb.width, "modes": pb.modes, "grid": pb.grid,
-                                                "batch": pb.batch_size}
+                                                "particles": pb.particles, "batch": pb.batch_size}
+    spatial = size["grid"] if pb.kind == "grid" else (size["particles"],)
     if spec.get("lib") == "neuralop":
         model = neuralop_fno(pb, size).to(device)
     else:
         model = build_model(pb, size["width"], size["modes"], pb.layers, complex_weights=spec["complex"],
-                            half_spectral=spec.get("half", False)).to(device)
+                            half_spectral=spec.get("half", False), particles=spatial[-1] if pb.particles else 0,
+                            nufft_backend=spec["nufft_backend"], dse_layout=spec["dse_layout"]).to(device)
         for module in model.modules():  # the pointwise products as 1x1 convolutions (CARAML's Conv1d)
             if spec.get("conv1x1") and hasattr(module, "as_conv"):
                 module.as_conv = True
     optimizer = torch.optim.Adam(model.parameters(), lr=pb.lr, weight_decay=1e-5)
     loss_of = loss_fn(pb.loss)
-    batches = [(torch.randn(size["batch"], pb.in_channels, *size["grid"], device=device),
-                torch.randn(size["batch"], pb.out_channels, *size["grid"], device=device)) for _ in range(2)]
+    batches = [(torch.randn(size["batch"], pb.in_channels, *spatial, device=device),
+                torch.randn(size["batch"], pb.out_channels, *spatial, device=device)) for _ in range(2)]
+    for x, _ in batches if pb.position_channels else ():  # PIC: positions in [0, 2 pi), as caraml's are made
+        x[:, :pb.position_channels] = 2 * math.pi * torch.rand_like(x[:, :pb.position_channels])
     amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(spec["amp"])
     scaler = torch.amp.GradScaler(device.type) if spec["amp"] == "fp16" else None
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -630,6 +641,8 @@ def summary(by: dict) -> dict:
         elif spec.get("compile"):
             eager = f"{spec['problem']}_{'neuralop' if spec['lib'] == 'neuralop' else 'plain'}_eager" + (
                 "_complex" if spec["complex"] else "") + (f"_{spec['amp']}" if spec["amp"] else "")
+            if name.replace("_compiled", "_eager") in POINTS:  # its twin by name (e.g. PIC2D_plain_matrix_*)
+                eager = name.replace("_compiled", "_eager")
             if rate(name) and rate(eager):
                 out["speedup_vs_eager"][name] = rate(name) / rate(eager)
     for name in by:  # neuraloperator's FNO against ours, the same plain loop

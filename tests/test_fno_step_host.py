@@ -133,3 +133,28 @@ def test_bench_script_layout_check_compares_pic1d_layouts(monkeypatch):
     assert summary["pic1d_channels_last_over_first"] == pytest.approx({"eager": 900 / 700, "compiled": 2500 / 1200})
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True
     assert summary["goals"]["pic1d_layouts_equal_within_1e-4"] == {"highest": True, "high": True}
+
+
+@pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])
+def test_bench_script_plain_loop_runs_caramls_pic_operators(monkeypatch, name):
+    """The PIC groups' plain points: the operator caraml's twin point builds (PIC1D channels-last, PIC2D's matrix
+    backend), particles in [0, 2 pi), one real training step; and caraml/plain pairs them by name."""
+    if name.startswith("PIC2D"):
+        pytest.importorskip("torchkbnufft", reason="PIC2D's CARAML operator needs torchkbnufft (Python >= 3.10)")
+    fb = _fno_bench_module()
+    monkeypatch.setitem(fb.RUN, "device", "cpu")
+    monkeypatch.setitem(fb.RUN, "smoke", True)
+    group = fb.GROUPS["issue23-pic1d" if name.startswith("PIC1D") else "issue23-pic"]
+    twin = name.replace("_plain_", "_caraml_")
+    assert name in group and twin in group and name.replace("_eager", "_compiled") in group
+    run, _sync, batch, model = fb._plain_setup(fb.POINTS[name])
+    before = [p.detach().clone() for p in model.parameters()]
+    run(0)
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))  # Adam took a step
+    assert batch == fb.SMOKE[name[:5]]["batch"]
+    if name.startswith("PIC1D"):
+        assert model.channels_last
+    else:
+        assert model.transform.backend == "matrix"
+    by = {name: {"status": "ok", "samples_per_s": 100.0}, twin: {"status": "ok", "samples_per_s": 99.0}}
+    assert fb.summary(by)["caraml_over_plain"] == {twin: pytest.approx(0.99)}
