@@ -31,10 +31,11 @@ relative (norm-wise), beside the floor TF32 sets (torchkbnufft against itself, t
 bench/pic_tf32_cpu.py emulates all of it on a CPU). `--group issue19-recheck`: RBC2D caraml against plain, the
 profile, PIC2D's two backends, PIC1D.
 `--group issue23-pic` (PIC throughput, budget 180 s): that check, PIC2D matrix eager/compiled and torchkbnufft
-eager, PIC1D eager/compiled, through `caraml run`, then the plain loop at PIC2D matrix (caraml/plain). `--group issue23-pic1d` (budget 150 s): PIC1D with
-dse_layout=channels-last (the default) against channels-first (the layout before), compiled and eager, and
-`PIC1D_layout_check`: the two layouts' output and gradients on one batch in this process (matmul precision highest
-and high), against 1e-4 and the TF32 floor, then the plain loop at PIC1D channels-last (caraml/plain).
+eager, PIC1D eager/compiled, through `caraml run`, then the plain loop at PIC2D matrix (caraml/plain).
+`--group issue23-pic1d` (budget 150 s): PIC1D with dse_layout=channels-last (the default) against channels-first
+(the layout before), compiled and eager, and `PIC1D_layout_check`: the two layouts' output and gradients on one
+batch in this process (matmul precision highest and high), against 1e-4 and the TF32 floor, then the plain loop at
+PIC1D channels-last (caraml/plain).
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention

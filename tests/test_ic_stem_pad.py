@@ -83,7 +83,7 @@ def test_the_padded_input_and_weight_keep_their_memory_format(monkeypatch):
 
 def _bench(**given):
     params = {"model": "resnet18", "image_size": "32", "num_classes": "10", "batch_size": "4", "precision": "fp32",
-              "channels_last": "on", "data": "synthetic-device", "device": "cpu", "sgd_impl": "fused", **given}
+              "channels_last": "on", "data": "synthetic-device", "device": "cpu", **given}
     return build_bench(RunSpec("image_classification", params))
 
 

@@ -141,3 +141,28 @@ def test_the_job_command_runs_under_an_older_python_and_torch(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "caraml: error: pipeline parallelism (pp > 1) needs torch.distributed.pipelining, in torch 2.4 or newer; "
         f"this torch is {torch_version}: use a container image with torch >= 2.4, or pp=1"]
+
+
+@pytest.mark.parametrize("workload,param,optimizer", [("image_classification", "sgd_impl", "sgd"),
+                                                      ("fno", "adam_impl", "adam")])
+def test_fused_optimizer_kernels_this_torch_lacks_are_refused_in_one_line(workload, param, optimizer):
+    """torch 2.3 (NGC 24.02) has fused SGD/Adam for CUDA only: a CPU run asking for them is refused before the
+    run, not failed at its first step; where the kernel exists the same run trains with it."""
+    import torch
+
+    from caraml.runner import RunSpec, build_bench, resolve
+
+    preset = {"image_classification": "smoke", "fno": "smoke-PIC1D"}[workload]
+    spec = RunSpec(workload, {param: "fused", "device": "cpu"}, preset=preset)
+    cfg, cpu = resolve(spec).config, torch.device("cpu")
+    if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::_fused_{optimizer}_", "CPU"):
+        workloads.get(workload).check_device(cfg, cpu)
+        bench = build_bench(spec)
+        bench.step()  # one real step through the fused kernel
+        assert bench.optimizer.defaults["fused"]
+    else:
+        with pytest.raises(BadInput, match=rf"^{param}=fused: this torch \(.*\) has no fused {optimizer.upper()} "
+                                           rf"kernel for cpu .*: use {param}=foreach$"):
+            workloads.get(workload).check_device(cfg, cpu)
+    workloads.get(workload).check_device(resolve(RunSpec(workload, {param: "foreach", "device": "cpu"},
+                                                         preset=preset)).config, cpu)

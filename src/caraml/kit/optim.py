@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from caraml.errors import BadInput
+
 KERNELS = ("foreach", "fused", "for-loop")
 
 
@@ -9,3 +11,21 @@ def kernel_flags(impl: str) -> dict:
     """torch.optim keyword arguments of a kernel choice: foreach (PyTorch's default), fused (one kernel per
     step), for-loop (one per parameter)."""
     return {"foreach": {"foreach": True}, "fused": {"fused": True}, "for-loop": {"foreach": False}}[impl]
+
+
+def check_kernels(param: str, impl: str, optimizer: str, device) -> None:
+    """Refuse, in one line, fused kernels this torch lacks on the run's device: torch 2.3 (NGC 24.02's) has fused
+    SGD and Adam for CUDA only, CPU kernels came in 2.4; without this the first optimizer step fails deep inside
+    torch.optim. Probed in the dispatcher (aten::_fused_sgd_ / _fused_adam_), not read from the version."""
+    if impl != "fused":
+        return
+    import torch
+
+    key = {"cuda": "CUDA", "cpu": "CPU"}.get(device.type, device.type.upper())
+    try:
+        present = torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::_fused_{optimizer}_", key)
+    except (AttributeError, RuntimeError):  # no such probe or no such key: leave it to torch.optim
+        return
+    if not present:
+        raise BadInput(f"{param}=fused: this torch ({torch.__version__}) has no fused {optimizer.upper()} kernel for "
+                       f"{device.type} (CPU kernels came in torch 2.4): use {param}=foreach")

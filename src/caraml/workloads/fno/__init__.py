@@ -155,9 +155,11 @@ def check_device(cfg: FNOConfig, device) -> None:
     if cfg.complex_mixed_precision and device.type != "cuda":
         raise BadInput("fno: complex_mixed_precision=on needs a CUDA GPU (cuFFT's half-precision FFTs); "
                        f"this run is on {device.type}: use complex_mixed_precision=off")
+    from caraml.kit.optim import check_kernels
     from caraml.kit.precision import check_precision
 
     check_precision(cfg.precision, device)
+    check_kernels("adam_impl", cfg.adam_impl, "adam", device)
     if cfg.data == "file":
         import os
 

@@ -145,9 +145,11 @@ def check_device(cfg: ClassificationConfig, device) -> None:
 
         require_poptorch()
         return
+    from caraml.kit.optim import check_kernels
     from caraml.kit.precision import check_precision
 
     check_precision(cfg.precision, device)
+    check_kernels("sgd_impl", cfg.sgd_impl, "sgd", device)
 
 
 def torch_features(cfg: ClassificationConfig, dims) -> tuple:
