@@ -731,6 +731,12 @@ def micro_sweep(steps: int, warmup: int, budget_end: float) -> dict:
             "tried": tried}
 
 
+def refuse(problem: str) -> None:
+    """Bad input: one line on stderr, exit 2."""
+    print(f"llm_bench: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
@@ -761,7 +767,12 @@ def main() -> None:
     unknown = [n for n in only if n not in POINTS + BACKEND_POINTS + EXTRA_POINTS]
     if unknown:
         known = POINTS + BACKEND_POINTS + EXTRA_POINTS
-        sys.exit(f"llm_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(known)}")
+        refuse(f"unknown point(s) {', '.join(unknown)}; choose from: {', '.join(known)}")
+    SKIP.update(n for n in args.skip.split(",") if n)
+    stray = sorted(n for n in SKIP if n.partition("/")[0] not in only or not n.partition("/")[2])
+    if stray:
+        refuse(f"--skip {', '.join(stray)}: name points as GROUP/POINT of a group in --only "
+               f"({', '.join(only) or 'none'}), e.g. fp8_800m/plain_fp8@16")
     missing = megatron_missing() if {"megatron", "crosscheck"} & set(only) else None
     if missing:
         print(f"llm_bench: skipping the point megatron and crosscheck's megatron side: {missing}", file=sys.stderr)
@@ -779,7 +790,6 @@ def main() -> None:
         print(f"llm_bench: liger-kernel is not usable ({liger_problem()}): levers runs without fused_loss=liger",
               file=sys.stderr)
 
-    SKIP.update(n for n in args.skip.split(",") if n)
     groups = GroupRunner(rows, out, args.steps, args.warmup, end)
 
     def save():
@@ -883,6 +893,10 @@ def main() -> None:
         if r.get("error") and r["status"] != "ok":
             print("   ", str(r["error"])[-800:])
     print(f"llm_bench: wrote {out / 'llm_bench.json'}", file=sys.stderr)
+    unmatched = sorted(SKIP - {r["name"] for r in rows})
+    if unmatched:  # a misspelt point ran instead of being skipped: say so
+        print(f"llm_bench: --skip {', '.join(unmatched)} matched no point of its group; the points are the rows above",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -166,3 +166,18 @@ def test_a_point_named_in_skip_is_not_run_and_says_why(tmp_path, gpu, monkeypatc
     summary = by["fp8_800m/summary"]
     assert summary["skipped"] == ["fp8_800m/plain_fp8@16 (--skip)"] and "caraml_over_plain_fp8" not in summary
     assert "skipped: fp8_800m/plain_fp8@16 (--skip)" in bench.summary_text(summary)
+
+
+@pytest.mark.parametrize("skip", ["fp8_wide", "fp8_800m/bf16@16", "fp8_loss/"])
+def test_a_skip_outside_the_groups_asked_for_is_refused_in_one_line(skip, monkeypatch, capsys):
+    """A --skip name that is not GROUP/POINT of a group in --only would skip nothing: refused before any point runs."""
+    for name in ("SKIP", "MODEL", "RUN", "MICRO", "VOCAB"):  # main's --self-check sets these: restored after
+        value = getattr(bench, name)
+        monkeypatch.setattr(bench, name, value.copy() if isinstance(value, (set, dict)) else value)
+    monkeypatch.setattr(sys, "argv", ["llm_bench.py", "--only", "fp8_wide,fp8_loss", "--skip", skip, "--self-check"])
+    with pytest.raises(SystemExit) as stop:
+        bench.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2
+    assert err[-1] == (f"llm_bench: --skip {skip}: name points as GROUP/POINT of a group in --only "
+                       "(fp8_wide, fp8_loss), e.g. fp8_800m/plain_fp8@16")
