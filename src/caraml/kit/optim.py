@@ -21,11 +21,11 @@ def check_kernels(param: str, impl: str, optimizer: str, device) -> None:
         return
     import torch
 
-    key = {"cuda": "CUDA", "cpu": "CPU"}.get(device.type, device.type.upper())
-    try:
-        present = torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::_fused_{optimizer}_", key)
+    try:  # dispatch keys are the device types in capitals: CPU, CUDA (ROCm's too), XPU, MPS
+        present = torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::_fused_{optimizer}_", device.type.upper())
     except (AttributeError, RuntimeError):  # no such probe or no such key: leave it to torch.optim
         return
     if not present:
+        since = " (CPU kernels came in torch 2.4)" if device.type == "cpu" else ""
         raise BadInput(f"{param}=fused: this torch ({torch.__version__}) has no fused {optimizer.upper()} kernel for "
-                       f"{device.type} (CPU kernels came in torch 2.4): use {param}=foreach")
+                       f"{device.type}{since}: use {param}=foreach")
