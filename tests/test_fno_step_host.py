@@ -84,6 +84,14 @@ def _fno_bench_module():
     return module
 
 
+@pytest.fixture
+def smoke_bench():
+    """bench/fno_bench.py as --smoke runs it: tiny shapes on the CPU (a fresh module, so nothing leaks)."""
+    fb = _fno_bench_module()
+    fb.RUN.update(device="cpu", smoke=True)
+    return fb
+
+
 def test_bench_script_compares_caraml_and_plain_on_the_same_data():
     fb = _fno_bench_module()
     caraml_points = {name: spec for name, spec in fb.POINTS.items()
@@ -93,11 +101,9 @@ def test_bench_script_compares_caraml_and_plain_on_the_same_data():
         assert "data=synthetic" in spec["caraml"], name
 
 
-def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
+def test_bench_script_nufft_check_compares_the_backends(smoke_bench):
     pytest.importorskip("torchkbnufft", reason="PIC2D's CARAML operator needs torchkbnufft (Python >= 3.10)")
-    fb = _fno_bench_module()
-    monkeypatch.setitem(fb.RUN, "device", "cpu")
-    monkeypatch.setitem(fb.RUN, "smoke", True)
+    fb = smoke_bench
     spec = fb.POINTS["PIC2D_nufft_check"]
     assert spec["compiled"] and "PIC2D_nufft_check" in fb.GROUPS["issue23-pic"]
     row = fb.nufft_check({**spec, "compiled": False})  # the compiled model: the script's --smoke compiles it
@@ -115,10 +121,8 @@ def test_bench_script_nufft_check_compares_the_backends(monkeypatch):
     assert not off["pass"] and off["rel_diff"]["weight_grads_max"] == pytest.approx(2e-4, rel=1e-3)
 
 
-def test_bench_script_layout_check_compares_pic1d_layouts(monkeypatch):
-    fb = _fno_bench_module()
-    monkeypatch.setitem(fb.RUN, "device", "cpu")
-    monkeypatch.setitem(fb.RUN, "smoke", True)
+def test_bench_script_layout_check_compares_pic1d_layouts(smoke_bench):
+    fb = smoke_bench
     spec = fb.POINTS["PIC1D_layout_check"]
     assert spec["compiled"] and "PIC1D_layout_check" in fb.GROUPS["issue23-pic1d"]
     row = fb.layout_check({**spec, "compiled": False})  # the compiled model: the script's --smoke compiles it
@@ -136,14 +140,12 @@ def test_bench_script_layout_check_compares_pic1d_layouts(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])
-def test_bench_script_plain_loop_runs_caramls_pic_operators(monkeypatch, name):
+def test_bench_script_plain_loop_runs_caramls_pic_operators(smoke_bench, name):
     """The PIC groups' plain points: the operator caraml's twin point builds (PIC1D channels-last, PIC2D's matrix
     backend), particles in [0, 2 pi), one real training step; and caraml/plain pairs them by name."""
     if name.startswith("PIC2D"):
         pytest.importorskip("torchkbnufft", reason="PIC2D's CARAML operator needs torchkbnufft (Python >= 3.10)")
-    fb = _fno_bench_module()
-    monkeypatch.setitem(fb.RUN, "device", "cpu")
-    monkeypatch.setitem(fb.RUN, "smoke", True)
+    fb = smoke_bench
     group = fb.GROUPS["issue23-pic1d" if name.startswith("PIC1D") else "issue23-pic"]
     twin = name.replace("_plain_", "_caraml_")
     assert name in group and twin in group and name.replace("_eager", "_compiled") in group
