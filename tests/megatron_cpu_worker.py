@@ -4,7 +4,8 @@ its gradient clipping asserts) — a test device, not a way to run it. Runs Mega
 (distributed_optimizer=off) or its distributed optimizer (zero1), with or without gradient clipping.
 Usage: python megatron_cpu_worker.py JSON_OVERRIDES STEPS, where JSON_OVERRIDES is one dict of smoke-preset
 overrides or a list of them (one import of megatron-core for several runs); prints one JSON list, per run
-{"native": losses, "megatron-core": losses, "native grad norms": [...], "megatron-core grad norms": [...]}.
+{"native": losses, "megatron-core": losses, "native grad norms": [...], "megatron-core grad norms": [...],
+"native caraml-log": {"phase", "iterations"} (the extra phase asked for, the iterations it would time), ...}.
 """
 import contextlib
 import json
@@ -101,6 +102,7 @@ def _run(overrides: dict, steps: int) -> dict:
         for _ in range(steps):
             bench.step()
         out[backend], out[f"{backend} grad norms"] = bench.loss_values(), norms
+        out[f"{backend} caraml-log"] = {"phase": bench.extra_phase, "iterations": len(bench.run_step_times())}
         bench.close()
     return out
 

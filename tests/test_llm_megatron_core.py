@@ -215,6 +215,15 @@ def test_both_backends_train_the_same_losses_on_the_cpu():
     assert _largest_difference(run) <= 1e-5, (native, megatron)
 
 
+@pytest.mark.subprocess
+def test_both_engines_time_every_iteration_for_the_caraml_log_convention():
+    """convention=caraml-log: megatron-core trains on after the steady window and times every iteration from the
+    first, as the native engine does (it once ran the steady window alone and recorded no CARAML figure)."""
+    (run,) = _cpu_losses([{"convention": "caraml-log", "exit_minutes": 0.01}], 3)
+    for engine in ("native", "megatron-core"):
+        assert run[f"{engine} caraml-log"] == {"phase": "caraml-log", "iterations": 3}, engine
+
+
 # the GPU cross-check's settings (bench/llm_bench.py CROSSCHECK: fp32, no dropout, micro-batch 4) on the smoke model,
 # at a learning rate where the loss falls steadily and clipping at 1.0 is active in most iterations; without the
 # bench's warm-up (the smoke model trains stably without one), and with it in one run

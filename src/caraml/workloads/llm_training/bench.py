@@ -69,10 +69,14 @@ class GPTBench:
         self._set_up_records()
         self.sizes = sizes.sizes(cfg.model, ctx.dims.tp)
         self.info = self._info()
-        # convention=caraml-log: CARAML's figures after the steady window, training on until the exit time
-        self.extra_phase = "caraml-log" if cfg.caraml.logs else None
+        self.extra_phase = self._caraml_phase()
 
     # setup --------------------------------------------------------------------------------------------------
+    def _caraml_phase(self) -> str | None:
+        """convention=caraml-log: CARAML's figures after the steady window, training on until the exit time (every
+        engine: its step() marks the iterations through _mark_start/_mark_end)."""
+        return "caraml-log" if self.cfg.caraml.logs else None
+
     def _set_up_precision(self) -> None:
         """The activations' dtype, fp16's loss scaler, and autocast in the half precision over fp32 parameters
         (mixed_precision=autocast) or none (megatron: the parameters themselves are in the half precision)."""
@@ -186,9 +190,12 @@ class GPTBench:
         return self.cfg.optim.learning_rate(updates * self.global_batch)
 
     # one iteration --------------------------------------------------------------------------------------------
-    def step(self) -> None:
+    def _mark_start(self) -> None:
         if not self._ends:
             self._first_start = self._clock()  # the start of the first iteration: CARAML's first log interval's
+
+    def step(self) -> None:
+        self._mark_start()
         x, y = self.data.next()
         lr = self.lr_at(self.updates)
         for settings in self.optimizer.param_groups:

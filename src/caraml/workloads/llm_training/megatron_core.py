@@ -16,6 +16,7 @@ Imports torch and megatron-core; backend.py holds the torch-free checks that run
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +154,7 @@ class MegatronBench(GPTBench):
     def __init__(self, cfg: TrainingConfig, ctx: RunContext):
         from megatron.core import parallel_state
 
+        self.started = time.monotonic()  # Megatron's exit-after-minutes counts from here (set-up included)
         self.cfg, self.device, self.dims, self.seed = cfg, ctx.device, ctx.dims, ctx.seed
         self.model_cfg = GPTConfig.of(cfg, ctx.dims.tp)
         self.global_batch = cfg.batch.global_batch(ctx.dims.dp)
@@ -176,6 +178,7 @@ class MegatronBench(GPTBench):
         self._set_up_records()
         self.sizes = sizes.sizes(cfg.model, ctx.dims.tp)
         self.info = self._info()
+        self.extra_phase = self._caraml_phase()
 
     # setup ----------------------------------------------------------------------------------------------------
     def _start_process_group(self) -> bool:
@@ -293,6 +296,7 @@ class MegatronBench(GPTBench):
 
     # one iteration ----------------------------------------------------------------------------------------------
     def step(self) -> None:
+        self._mark_start()
         x, y = self.data.next()
         m = self.micro
         batches = iter([(x[i * m:(i + 1) * m], y[i * m:(i + 1) * m]) for i in range(self.accumulation)])
