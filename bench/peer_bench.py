@@ -56,12 +56,17 @@ def ic_points(args) -> list[peers.Point]:
     script = Path(args.peer).resolve() / "image_classification" / "image_classification_torch.py"
     # The script reads SLURM_PROCID/SLURM_NTASKS (as srun sets them) and ACCELERATOR (JUBE's system name).
     env = peer_env(args.site, SLURM_PROCID="0", SLURM_NTASKS="1", ACCELERATOR=args.accelerator)
+    # --peer-ddp off: the script as one plain process, without its --distributed (no DDP around the model, no
+    # process group): the effect of DDP at one rank, measured with the peer's own code
+    launch, distributed, label = ((*TORCHRUN, script), ("--distributed",), "CARAML image_classification_torch.py")
+    if args.peer_ddp == "off":
+        launch, distributed, label = (sys.executable, script), (), label + " without --distributed"
     points = []
     for batch in args.batches:
-        peer = peers.Side("CARAML image_classification_torch.py", (
-            *TORCHRUN, script, "--arch=resnet50", "--seed=1234", f"--batch_size={batch}", f"--epochs={args.epochs}",
+        peer = peers.Side(label, (
+            *launch, "--arch=resnet50", "--seed=1234", f"--batch_size={batch}", f"--epochs={args.epochs}",
             "--lr=0.01", f"--num_workers={args.workers}", f"--precision={args.precision}",
-            f"--compiler={args.compiler}", "--compiler_mode=default", "--channels_last=True", "--distributed"),
+            f"--compiler={args.compiler}", "--compiler_mode=default", "--channels_last=True", *distributed),
             {"images_per_s": peers.last_number(r"Average Images/s: ([\d.]+)")}, env)
         ours = peers.Side("caraml --preset caraml", (
             *CARAML, "image_classification", "--preset", "caraml", f"batch_size={batch}", f"epochs={args.epochs}",
@@ -70,7 +75,8 @@ def ic_points(args) -> list[peers.Point]:
             {"images_per_s": peers.record_value("metrics", "caraml_images_per_s", "value"),
              "steady_images_per_s": peers.record_value("metrics", "throughput", "value")},
             caraml_env(args.site))
-        points.append(peers.Point(f"ic-b{batch}-{args.precision}-{args.compiler}", peer, ours))
+        suffix = "-peer-ddp-off" if args.peer_ddp == "off" else ""
+        points.append(peers.Point(f"ic-b{batch}-{args.precision}-{args.compiler}{suffix}", peer, ours))
     return points
 
 
@@ -114,11 +120,58 @@ def megatron_lm_probe(args, workdir: Path, log) -> dict | None:
             side.argv], "tail": done.output[-peers.TAIL_CHARS:]}
 
 
-def fno_points(args) -> list[peers.Point]:
-    """operator_learning's own training against `caraml run fno` on the same file (see docs/peer.md)."""
-    from peer_fno import fno_points as build  # the FNO peer's command line lives beside this file
+FNO_CONFIGS = {"PIC1D": "electrostatic_plasma1d_pic.yaml", "RBC2D": "rbc2d_dedalus.yaml"}
 
-    return build(args, caraml_env(args.site), peer_env(args.site))
+
+def peer_fno_inputs(args, workdir: Path) -> tuple[Path, Path]:
+    """The peer's config with `train.epochs` set (its train.py takes the epochs from there alone) and a copy of
+    the data file with the `infos` its datasets read and caraml's synthetic files lack (values as its configs)."""
+    import re
+    import shutil
+
+    import h5py
+    import numpy as np
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "peer_config.yaml"
+    text = (Path(args.peer) / "config" / FNO_CONFIGS[args.problem]).read_text()
+    config.write_text(re.sub(r"(?m)^(  epochs:) *\d+", rf"\g<1> {args.epochs}", text))
+    data = workdir / Path(args.data).name
+    shutil.copy(args.data, data)
+    with h5py.File(data, "r+") as f:
+        infos, shapes = f["infos"], (f["inputs"].shape, f["outputs"].shape)
+        extra = ({"outType": np.bytes_("update"), "outScaling": 1000.0, "dtData": 1e-3, "dtInput": 1e-3,
+                  "dtSample": 0.5} if args.problem.startswith("RBC") else
+                 {"nDim": int(args.problem[3]), "outType": np.bytes_("solution"), "outScaling": 1.0,
+                  "input_keys": np.array([b"synthetic"]), "output_keys": np.array([b"synthetic"]),
+                  "input_shape": np.array(shapes[0]), "output_shape": np.array(shapes[1]), "output_mean": 0.0,
+                  "output_std": 1.0})
+        for key, value in extra.items():
+            if key not in infos:
+                infos.create_dataset(key, data=value)
+    return config, data
+
+
+def fno_points(args, workdir: Path) -> list[peers.Point]:
+    """operator_learning's scripts/train.py with CARAML's 2026.02 flags against `caraml run fno` on the same
+    data, the same epochs, batch 4, validation batch 1, fp32 eager."""
+    peer = Path(args.peer).resolve()
+    config, data = peer_fno_inputs(args, workdir)
+    theirs = peers.Side("operator_learning scripts/train.py", (
+        sys.executable, peer / "scripts" / "train.py", f"--config={config}", f"--dataFile={data}", "--batchSize=4",
+        "--val_batchSize=1", "--gas=1", "--tp_size=1", "--benchmark", "--use_amp=0", "--use_complex_amp=0",
+        "--compile_train=0", "--compile_mode=eager"),
+        {"timesteps_per_s": peers.last_number(r"(?m)^Timesteps/s: *([\d.]+)")},
+        {**peer_env(args.site), "PYTHONPATH": os.pathsep.join(filter(None, (args.site, str(peer)))),
+         "OMP_NUM_THREADS": "4"})
+    modes = ["modes=32"] if args.problem == "PIC1D" else []  # the peer's PIC1D keeps 32 two-sided modes
+    ours = peers.Side("caraml run fno", (
+        sys.executable, "-m", "caraml", "run", "fno", "--preset", args.problem, "caraml_version=2026.02",
+        "data=file", f"data_path={data}", "batch_size=4", "val_batch_size=1", f"epochs={args.epochs}",
+        "precision=fp32", "compile=none", "matmul_precision=high", "workers=1", *modes, "--results", "results"),
+        {"timesteps_per_s": peers.record_value("metrics", "caraml_timesteps_per_s")},
+        caraml_env(args.site))
+    return [peers.Point(f"fno-{args.problem}-e{args.epochs}", theirs, ours)]
 
 
 def parse(argv: list[str] | None = None):
@@ -136,18 +189,22 @@ def parse(argv: list[str] | None = None):
     p.add_argument("--compiler", default="trace")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--workers", type=int, default=12)
+    p.add_argument("--peer-ddp", choices=("on", "off"), default="on",
+                   help="ic: on (CARAML's --distributed under torchrun) or off (one plain process)")
     p.add_argument("--accelerator", default="H200", help="ACCELERATOR for the peer (JUBE's system name)")
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--minutes", type=float, default=0.5, help="gpt: caraml-log's exit_minutes")
     p.add_argument("--data", help="fno: the HDF5 file both sides train on")
-    p.add_argument("--problem", default="RBC2D")
+    p.add_argument("--problem", choices=sorted(FNO_CONFIGS), default="PIC1D")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.workload in ("ic", "fno") and not args.peer:
-        print(f"peer_bench: {args.workload} needs --peer PATH (a checkout of the peer's code)", file=sys.stderr)
+    if args.workload in ("ic", "fno") and not args.peer or args.workload == "fno" and not args.data:
+        print(f"peer_bench: {args.workload} needs --peer PATH (a checkout of the peer's code)"
+              + (" and --data FILE (the HDF5 file both sides train on)" if args.workload == "fno" else ""),
+              file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="peer-bench-"))  # the runs' folders, not in $OUT
     start = time.monotonic()
     probe = megatron_lm_probe(args, workdir, log) if args.workload == "gpt" else None
-    points = {"ic": ic_points, "gpt": gpt_points, "fno": fno_points}[args.workload](args)
+    points = fno_points(args, workdir) if args.workload == "fno" else {"ic": ic_points, "gpt": gpt_points}[
+        args.workload](args)
     runs = peers.run_all(points, args.repeats, workdir, args.timeout, args.budget, log)
     rows = peers.summarise(points, runs)
     table = peers.markdown(rows)
