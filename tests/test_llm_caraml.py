@@ -196,6 +196,7 @@ def test_caraml_log_trains_on_to_the_exit_and_reports_both_figures():
         assert d["caraml_iterations"] == bench.iteration // 2 * 2 and d["caraml_tokens_per_s"]["value"] > 0
         assert d["caraml_tflops_per_device"] > 0 and d["time_per_iteration_s"] > 0  # ours beside CARAML's
         assert d["caraml_log"]["exit_minutes"] == 0.02 and "caraml-log" in d["caraml_tokens_per_s"]["convention"]
+        assert d["caraml_spread"]["n"] == d["caraml_log"]["intervals"] and d["caraml_spread"]["over"] == "log intervals"
     finally:
         bench.close()
 

@@ -222,7 +222,7 @@ WORKLOAD = register(Workload(
              Col("compile_scope", "CompileScope", "param:compile_scope", default=False),
              Col("data", "Data", "metric:data_source|param:data", "word", default=False)),
     metrics=("global_batch_size", "dp", "settings", "model_params", "model_params_m", "model_size_mb", "input_shape",
-             "grid", "particles", "data", "train_throughput", "caraml_timesteps_per_s", "epochs",
+             "grid", "particles", "data", "train_throughput", "caraml_timesteps_per_s", "caraml_spread", "epochs",
              "throughput_conventions", "flops", "memory_split", "compile_report", "math", "caraml_config",
              "caraml_version", "data_source", "mean_compile_time_s", "total_epoch_time_s", "total_train_time_s",
              "total_compute_time_s", "timesteps", "train_timesteps", "counted_epochs", "caraml_tflops",

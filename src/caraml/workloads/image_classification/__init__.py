@@ -208,6 +208,6 @@ WORKLOAD = register(Workload(
              Col("convention", "Convention", "param:convention", default=False),
              Col("image_size", "ImageSize", "param:image_size", "int", default=False),
              Col("data", "Data", "param:data", default=False)),
-    metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_epochs",
-             "epochs", "ipu", "stem_padded"),
+    metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_spread",
+             "caraml_epochs", "epochs", "ipu", "stem_padded"),
 ))

@@ -417,6 +417,6 @@ WORKLOAD = register(Workload(
     metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
              "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "throughput_convention",
              "caraml_config", "precision_mechanism", "caraml_tokens_per_s", "caraml_time_per_iteration_s",
-             "caraml_tflops_per_device", "caraml_iterations", "caraml_log", "model", "dataset", "time_to_report_s",
-             "ipu"),
+             "caraml_tflops_per_device", "caraml_iterations", "caraml_spread", "caraml_log", "model", "dataset",
+             "time_to_report_s", "ipu"),
 ))
