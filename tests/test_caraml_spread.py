@@ -5,6 +5,7 @@ process, hand-chosen times, no training.
 
 from __future__ import annotations
 
+import json
 import statistics
 from types import SimpleNamespace
 
@@ -55,3 +56,62 @@ def test_the_llm_keeps_the_spread_of_its_log_intervals():
     s = found["spread"]
     assert (s["over"], s["n"], s["min"], s["max"]) == ("log intervals", 2, 400.0, 800.0)
     assert s["cv"] == pytest.approx(statistics.stdev([400, 800]) / 600)
+
+
+# tables and the report --------------------------------------------------------------------------------------------
+def _ic(images_per_s: float, epochs: list[float], started: str = "10", system: str = "H100") -> dict:
+    """An image-classification record with CARAML's figure: the mean of its epochs' images/s."""
+    from handmade import image
+
+    return image(system, 64, "bf16", 2500.0, started=f"2026-12-01T{started}:00:00.000+00:00", extra_metrics={
+        "caraml_images_per_s": {"value": images_per_s, "unit": "images/s", "convention": "caraml-epochs"},
+        "caraml_spread": figure_spread(epochs, "epochs", "images/s")})
+
+
+def test_a_caraml_figure_whose_epochs_varied_is_flagged(tmp_path):
+    from conftest import cli
+    from handmade import write
+
+    results = tmp_path / "r"
+    write(results, _ic(1500.0, [1000.0, 1500.0, 2000.0]))  # cv 33 %
+    write(results, _ic(1500.0, [1490.0, 1500.0, 1510.0], system="A100"))  # cv 0.7 %
+    text = cli("result", "--results", results, check=0).stdout
+    assert "33.3% !" in text and "0.7% !" not in text
+    assert "! CaramlCV above 10%: CARAML's figure is a mean over epochs or log intervals" in text
+    rows = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert sorted(r["caraml_cv"] for r in rows) == pytest.approx([0.00667, 1 / 3], rel=1e-2)
+
+
+def test_a_steady_caraml_figure_has_no_flag(tmp_path):
+    from conftest import cli
+    from handmade import write
+
+    results = tmp_path / "r"
+    write(results, _ic(1500.0, [1490.0, 1500.0, 1510.0]))
+    assert "CaramlCV above" not in cli("result", "--results", results, check=0).stdout
+
+
+def test_repeats_show_the_median_caraml_figure_and_its_spread(tmp_path):
+    from conftest import cli
+    from handmade import write
+
+    results = tmp_path / "r"
+    for started, value in (("10", 1000.0), ("11", 1400.0), ("12", 1200.0)):  # median 1200, (1400-1000)/1200
+        write(results, _ic(value, [value] * 3, started))
+    [row] = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert row["runs"] == 3 and row["caraml_images_per_s"] == 1200.0
+    assert row["caraml_repeat_spread"] == pytest.approx(400 / 1200)
+    text = cli("result", "--results", results, check=0).stdout
+    assert "33.3% !" in text and "! CaramlSpread above 10%: the repeats' CARAML figures differ" in text
+
+
+def test_the_report_flags_what_the_text_table_flags(tmp_path):
+    from handmade import write
+
+    from caraml.results.report import build
+    from caraml.results.select import select
+
+    results = tmp_path / "r"
+    write(results, _ic(1500.0, [1000.0, 1500.0, 2000.0]))
+    html = build(select(str(results)))
+    assert "33.3% !" in html and "! CaramlCV above 10%" in html

@@ -84,6 +84,19 @@ def _step_spread(r):
     return (p90 - p10) / med if med and p10 is not None and p90 is not None else None
 
 
+# The record's CARAML-convention figure of each workload (a mean over epochs or log intervals).
+CARAML_FIGURES = ("caraml_images_per_s", "caraml_tokens_per_s", "caraml_timesteps_per_s")
+
+
+def caraml_figure_of(r):
+    return next((v for v in (_value(_m(r).get(k)) for k in CARAML_FIGURES) if v is not None), None)
+
+
+def _caraml_cv(r):
+    """The coefficient of variation of the epochs or log intervals behind the record's CARAML figure."""
+    return _num((_m(r).get("caraml_spread") or {}).get("cv"))
+
+
 def _peak_gib(r):
     peak = _num(_m(r).get("peak_memory_bytes"))
     return peak / 2**30 if peak is not None else None
@@ -192,8 +205,11 @@ def ours(unit: str) -> list[Column]:
         metric("mfu", "MFU", lambda r: _num(_m(r).get("mfu")), "pct"),
         metric("units_per_wh", f"{unit}/Wh", lambda r: energy_of(r).units_per_wh),
         metric("step_spread", "StepSpread", _step_spread, "pct"),
+        metric("caraml_cv", "CaramlCV", _caraml_cv, "pct", default="if-any"),
         Column("runs", "Runs", lambda p: len(p.records), "int"),
         Column("spread", "Spread", lambda p: p.spread(throughput_of), "pct"),
+        Column("caraml_repeat_spread", "CaramlSpread", lambda p: p.spread(caraml_figure_of), "pct",
+               default="if-any"),
         Column("status", "Status", lambda p: p.status),
         # Available with --columns:
         metric("tflops_per_device", "TFLOP/s/device", lambda r: _num(_m(r).get("tflops_per_device")), default=False),
@@ -344,11 +360,13 @@ def resolve(columns: list[Column], name: str, points=()) -> Column | None:
 
 # What the text table adds to a header so that figures of one name but another convention are told apart.
 NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_throughput": "CARAML",
-         "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10"}
+         "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10",
+         "caraml_cv": "std/mean"}
 # Kept longest when a table is narrowed to fit (after the columns it keeps always).
 HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
 STEADY_SPREAD = 0.25  # a step-time spread above this is flagged in the text table
-REPEAT_SPREAD = 0.10  # so is a spread of the repeats' throughputs above this
+REPEAT_SPREAD = 0.10  # so is a spread of the repeats' throughputs (or CARAML figures) above this
+CARAML_SPREAD = 0.10  # and a CARAML figure whose epochs or log intervals vary more than this
 ENERGY_KEYS = ("energy_wh", "units_per_wh", "energy_per_device_wh", "energy_measure_wh")
 
 

@@ -103,6 +103,11 @@ _SPREADS = {
                     "so the figures are unsteady; measure more steps or repeat"),
     "spread": (cols.REPEAT_SPREAD, "the repeats' throughputs differ that much ((max-min)/median), so the median is "
                "uncertain; look for a noisy neighbour, clocks or thermals, and repeat"),
+    "caraml_cv": (cols.CARAML_SPREAD, "CARAML's figure is a mean over epochs or log intervals that differ that much "
+                  "(standard deviation / mean; metrics.caraml_spread has their lowest and highest), so it depends on "
+                  "which ones ran; run more of them or repeat"),
+    "caraml_repeat_spread": (cols.REPEAT_SPREAD, "the repeats' CARAML figures differ that much ((max-min)/median), so "
+                             "their median is uncertain; repeat more (caraml sweep ... repeats=N)"),
 }
 
 
