@@ -255,10 +255,13 @@ def test_caramls_llm_columns_are_offered():
     headers = {c.key: c.header for c in columns_for("llm_training")}
     for key, header in (("job_id", "JobID"), ("version", "Version"), ("queue", "Queue"), ("job_time", "JobTime"),
                         ("runtime_min", "Runtime(min)"), ("model", "Model"), ("model_size", "ModelSize"),
-                        ("dataset", "Dataset"), ("iterations", "Iterations"),
-                        ("time_per_iteration_s", "Time/iteration(s)"), ("throughput", "Tokens/second"),
-                        ("tflops_caraml_per_device", "Avg_TFLOPs/GPU"),
-                        ("time_to_report_s", "time_to_report_in_seconds"), ("energy_file", "EnergyFile")):
+                        ("dataset", "Dataset"), ("caraml_iterations", "Iterations"),
+                        ("caraml_time_per_iteration_s", "Time/iteration(s)"), ("caraml_tokens_per_s", "Tokens/second"),
+                        ("caraml_tflops_per_device", "Avg_TFLOPs/GPU"),
+                        ("time_to_report_s", "time_to_report_in_seconds"), ("energy_file", "EnergyFile"),
+                        # ours, of the steady window
+                        ("iterations", "MeasuredSteps"), ("time_per_iteration_s", "IterationTime s"),
+                        ("throughput", "Tokens/s"), ("tflops_caraml_per_device", "TFLOP/s/GPU (CARAML formula)")):
         assert headers[key] == header
 
 

@@ -261,7 +261,10 @@ def _declared(col, params=()) -> Column:
         return replace(SHARED[name], key=col.key, header=col.header, default=col.default)
     if kind == "param":
         declared = next((p for p in params if p.name == name), None)
-        return param(col.key, col.header, name, col.style, col.default, declared)
+        column = param(col.key, col.header, name, col.style, col.default, declared)
+        if col.shows is None:
+            return column
+        return replace(column, get=lambda p, raw=column.get: col.shows(raw(p), p.rep.get("params") or {}))
     if kind == "label":  # a text metric (e.g. a shape): the representative run's value, not a median
         return config(col.key, col.header, lambda r, key=name: _m(r).get(key), "text", col.default)
     key, _, sub = name.partition(".")
@@ -316,12 +319,11 @@ def _norm(name: str) -> str:
 
 
 def find(columns: list[Column], name: str) -> Column | None:
-    """A column by key or header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device')."""
+    """A column by key, else by header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device'):
+    `iterations` is ours, `Iterations` too where no key is that (the LLM's CARAML column)."""
     wanted = _norm(name)
-    for c in columns:
-        if wanted in (_norm(c.key), _norm(c.header)):
-            return c
-    return None
+    return (next((c for c in columns if _norm(c.key) == wanted), None)
+            or next((c for c in columns if _norm(c.header) == wanted), None))
 
 
 FIELDS_HINT = "; or a parameter (data, params.data) or a record field (launch.world_size, metrics.energy.reason)"
@@ -361,7 +363,8 @@ def resolve(columns: list[Column], name: str, points=()) -> Column | None:
 # What the text table adds to a header so that figures of one name but another convention are told apart.
 NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_throughput": "CARAML",
          "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10",
-         "caraml_cv": "std/mean"}
+         "caraml_cv": "std/mean", "caraml_iterations": "CARAML", "caraml_time_per_iteration_s": "CARAML",
+         "caraml_tokens_per_s": "CARAML", "caraml_tflops_per_device": "CARAML"}
 # Kept longest when a table is narrowed to fit (after the columns it keeps always).
 HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
 STEADY_SPREAD = 0.25  # a step-time spread above this is flagged in the text table
@@ -389,10 +392,22 @@ def varying(columns: list[Column], shown_cols: list[Column], points) -> list[Col
     return [c for c in out if c is not None and c.key not in {s.key for s in shown_cols}]
 
 
+def differs(c: Column, points) -> bool:
+    return len({json.dumps(c.get(p), sort_keys=True, default=str) for p in points}) > 1
+
+
+def telling_apart(columns: list[Column], shown_cols: list[Column], points) -> list[Column]:
+    """The columns shown whenever the rows differ in them (default "if-differs": the engine that made a figure)
+    that `shown_cols` lacks."""
+    have = {c.key for c in shown_cols}
+    return [c for c in columns if c.default == "if-differs" and c.key not in have and differs(c, points)]
+
+
 def choose(columns: list[Column], names: list[str] | None, workload: str, points=()) -> list[Column]:
     if not names:
         return [c for c in columns if c.default is True
-                or (c.default == "if-any" and any(c.get(p) is not None for p in points))]
+                or (c.default == "if-any" and any(c.get(p) is not None for p in points))
+                or (c.default == "if-differs" and differs(c, points))]
     chosen = []
     for name in names:
         c = resolve(columns, name, points)

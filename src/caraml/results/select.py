@@ -78,10 +78,10 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
     configuration that differs, throughput and status."""
     everything = columns_of(workload, points)
     columns = cols.choose(everything, names, workload, points)
-    if not names:
-        extra = cols.varying(everything, columns, points)
-        last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
-        columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
+    # rows that differ in a parameter no column shows would look alike; in the engine, even beside --columns
+    extra = cols.telling_apart(everything, columns, points) if names else cols.varying(everything, columns, points)
+    last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
+    columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
     rows = [[c.get(p) for c in columns] for p in points]
     table = Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
                   styles=[c.style for c in columns], rows=rows,

@@ -189,6 +189,7 @@ WORKLOAD = register(Workload(
              Col("queue", "Queue", "shared:queue", default=False),
              Col("runtime_s", "Runtime(s)", "shared:runtime_s", default=False),
              Col("model", "Model", "param:model"),
+             Col("backend", "Backend", "param:backend", default="if-differs", shows=lambda v, _: v or "torch"),
              Col("dataset", "Dataset", "metric:dataset", "word", default=False),
              "nodes", "devices",
              Col("tasks_per_node", "Tasks/Node", "shared:tasks_per_node", default=False),
