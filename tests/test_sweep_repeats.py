@@ -47,6 +47,10 @@ def test_repeats_from_the_command_line_replace_the_suites(tmp_path):
     apply_overrides(suite, {"repeats": "5"})
     [point] = expand(suite, set(), "CPU")
     assert point.repeats == 5 and len(sweep.runs([point])) == 5
+    from caraml.show import point_view
+
+    plan = sweep.plan(str(_suite(tmp_path, "3")), [], "CPU", {"repeats": "5"})
+    assert point_view(plan, "1")["launch"]["repeats"] == 5  # `caraml sweep --show` says so
 
 
 def test_a_suite_without_repeats_runs_each_point_once(tmp_path):
