@@ -173,6 +173,7 @@ def test_caraml_preset_reports_the_epoch_convention_beside_the_steady_state(cara
     assert len(epochs["epoch_time_s"]) == 2 and len(epochs["warmup_time_s"]) == 1
     rates = [10 / t for t in epochs["epoch_time_s"]]  # dataset_size (all ranks) / rank 0's epoch time, the mean
     assert caraml_figure["value"] == pytest.approx(sum(rates) / len(rates))
+    assert (m["caraml_spread"]["n"], m["caraml_spread"]["max"]) == (2, pytest.approx(max(rates)))  # in the record
     assert epochs["last_lr"] == pytest.approx(0.01)  # StepLR(10, 0.1) has not stepped down in 2 epochs
     assert m["epochs"] == 2 and m["dataset"] == "Synthetic(Host)"
     phases = m["energy"]["phases"]

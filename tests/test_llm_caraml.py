@@ -196,6 +196,7 @@ def test_caraml_log_trains_on_to_the_exit_and_reports_both_figures():
         assert d["caraml_iterations"] == bench.iteration // 2 * 2 and d["caraml_tokens_per_s"]["value"] > 0
         assert d["caraml_tflops_per_device"] > 0 and d["time_per_iteration_s"] > 0  # ours beside CARAML's
         assert d["caraml_log"]["exit_minutes"] == 0.02 and "caraml-log" in d["caraml_tokens_per_s"]["convention"]
+        assert d["caraml_spread"]["n"] == d["caraml_log"]["intervals"] and d["caraml_spread"]["over"] == "log intervals"
     finally:
         bench.close()
 
@@ -254,10 +255,13 @@ def test_caramls_llm_columns_are_offered():
     headers = {c.key: c.header for c in columns_for("llm_training")}
     for key, header in (("job_id", "JobID"), ("version", "Version"), ("queue", "Queue"), ("job_time", "JobTime"),
                         ("runtime_min", "Runtime(min)"), ("model", "Model"), ("model_size", "ModelSize"),
-                        ("dataset", "Dataset"), ("iterations", "Iterations"),
-                        ("time_per_iteration_s", "Time/iteration(s)"), ("throughput", "Tokens/second"),
-                        ("tflops_caraml_per_device", "Avg_TFLOPs/GPU"),
-                        ("time_to_report_s", "time_to_report_in_seconds"), ("energy_file", "EnergyFile")):
+                        ("dataset", "Dataset"), ("caraml_iterations", "Iterations"),
+                        ("caraml_time_per_iteration_s", "Time/iteration(s)"), ("caraml_tokens_per_s", "Tokens/second"),
+                        ("caraml_tflops_per_device", "Avg_TFLOPs/GPU"),
+                        ("time_to_report_s", "time_to_report_in_seconds"), ("energy_file", "EnergyFile"),
+                        # ours, of the steady window
+                        ("iterations", "MeasuredSteps"), ("time_per_iteration_s", "IterationTime s"),
+                        ("throughput", "Tokens/s"), ("tflops_caraml_per_device", "TFLOP/s/GPU (CARAML formula)")):
         assert headers[key] == header
 
 

@@ -150,3 +150,4 @@ def test_fno_record_carries_each_epoch_figure_under_its_own_name():
     assert m["train_throughput"] == {"value": pytest.approx(2 * n_train / train_s), "unit": "timesteps/s"}
     assert m["caraml_timesteps_per_s"] == pytest.approx(2 * (n_train + n_val) / (train_s + val_s))
     assert m["train_throughput"]["value"] != pytest.approx(m["caraml_timesteps_per_s"])
+    assert m["caraml_spread"]["n"] == 2 and m["caraml_spread"] == e["spread"]

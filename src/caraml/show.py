@@ -132,7 +132,8 @@ def point_view(plan, key: str) -> dict[str, Any]:
     for name, declared in _groups():
         groups[name] = _entries(declared, values, origin)
     launch = {"system": point.system, "nodes": point.nodes, "devices_per_node": point.devices_per_node,
-              "launcher": point.launcher, "time_limit": point.time_limit}
+              "launcher": point.launcher, "time_limit": point.time_limit,
+              **({"repeats": point.repeats} if point.repeats > 1 else {})}
     return {"kind": "point", "id": point.id, "number": points.index(point) + 1, "of": len(points),
             "suite": plan.suite.name, "workload": wl.name, "preset": point.preset, "launch": launch,
             "params": groups}

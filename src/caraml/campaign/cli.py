@@ -29,7 +29,8 @@ def _add_sweep_parser(sub, results_default: str) -> None:
                                        "[--executor local|slurm] [--dry-run] [--resume]; caraml sweep --continue")
     sweep.add_argument("suite", nargs="?", help="a shipped suite (see --list) or a suite file (YAML)")
     sweep.add_argument("overrides", nargs="*", metavar="key=value",
-                       help="replace a suite value (a comma list is a sweep), e.g. measure_steps=5")
+                       help="replace a suite value (a comma list is a sweep), e.g. measure_steps=5; repeats=N runs "
+                            "each point N times, a record each")
     sweep.add_argument("--tag", action="append", default=[], help="activate a tag (repeatable), e.g. --tag bf16")
     sweep.add_argument("--system", help="system profile tag of the machines that run the points")
     sweep.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
@@ -175,8 +176,10 @@ def sweep_command(args) -> int:
         for i, p in enumerate(plan.points, 1):
             est = f"  [{short(estimates[p.id])}]" if p.id in estimates else ""
             print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())) + est)
+        runs = len(sweep.runs(plan.points))
         print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
-              + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
+              + (f" with tags {', '.join(plan.tags)}" if plan.tags else "")
+              + (f", {runs} runs with their repeats" if runs > len(plan.points) else ""), file=sys.stderr)
     for note in notes:
         print(f"caraml: {note}", file=sys.stderr)
     return 0

@@ -33,15 +33,23 @@ class SweepPoint:
     launcher: str = launchers.DEFAULT  # a name in launchers.LAUNCHERS
     time_limit: str | None = None
     shown: dict[str, Any] = field(default_factory=dict)  # what the suite set for this point (for people)
+    repeats: int = 1  # runs of this point, each with a record of its own (launch.repeats)
+    repeat: int = 1  # which of them this is (sweep.runs)
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices_per_node
 
+    @property
+    def key(self) -> str:
+        """The name of this run's job, script, log and lock: the id, and for a later repeat its number."""
+        return self.id if self.repeat == 1 else f"{self.id}-r{self.repeat}"
+
     def as_json(self) -> dict:
         return {"id": self.id, "workload": self.workload, "system": self.system, "preset": self.preset,
                 "nodes": self.nodes, "devices_per_node": self.devices_per_node, "world_size": self.world_size,
-                "launcher": self.launcher, "time_limit": self.time_limit, "params": self.params}
+                "launcher": self.launcher, "time_limit": self.time_limit, "params": self.params,
+                **({"repeat": self.repeat, "repeats": self.repeats} if self.repeats > 1 else {})}
 
 
 def check_tags(suite: Suite, given: list[str]) -> list[str]:
@@ -115,6 +123,9 @@ def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_PO
             chosen[section][name] = value
         point = _point(suite, wl, declared, profile, system, preset, defaults, chosen, active)
         same = points.setdefault(point.id, point)
+        if same.repeats != point.repeats:
+            raise BadInput(f"suite {suite.name}: repeats takes one value per point (here {same.repeats} and "
+                           f"{point.repeats}): how often a point runs is not a configuration of its own")
         if same.params != point.params:  # differ only in how they are measured: one configuration, not two points
             diff = ", ".join(f"{k}={same.params[k]} vs {point.params[k]}" for k in same.params
                              if same.params[k] != point.params.get(k))
@@ -144,6 +155,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
             names["devices"] = _count(launch["nodes"], "nodes") * _count(launch["devices_per_node"], "devices_per_node")
             names["cpus_per_task"] = _cpus_per_task(profile, launch, suite.workload)
     nodes, per_node = _count(launch["nodes"], "nodes"), _count(launch["devices_per_node"], "devices_per_node")
+    repeats = _count(launch.get("repeats", 1), "repeats")
     launcher = str(launch.get("launcher", launchers.DEFAULT))
     try:
         problem = launchers.get_launcher(launcher).problem(nodes, per_node)
@@ -161,7 +173,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     time_limit_seconds(time_limit)  # a bad limit fails here, not in the job script
     return SweepPoint(id=cid, workload=wl.name, system=system, preset=suite.preset, params=values, nodes=nodes,
                  devices_per_node=per_node, launcher=launcher,
-                 time_limit=None if time_limit is None else str(time_limit), shown=as_set)
+                 time_limit=None if time_limit is None else str(time_limit), shown=as_set, repeats=repeats)
 
 
 def time_limit_seconds(text: str | None) -> float | None:

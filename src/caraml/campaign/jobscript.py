@@ -166,7 +166,7 @@ def _master_port(site: dict) -> str:
 
 def job_name(point) -> str:
     """The job's name in SLURM: how a job that was submitted but never saved in the sweep state is found."""
-    return f"caraml-{point.workload}-{point.id}"
+    return f"caraml-{point.workload}-{point.key}"
 
 
 def render(point: SweepPoint, profile: dict, opts: JobOptions, log: str) -> str:

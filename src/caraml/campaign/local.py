@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,45 +84,48 @@ class SweepInterrupted(KeyboardInterrupt):
 
 def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = None,
               records: list[dict] | None = None) -> dict[str, int]:
-    """Run the plan's points here, one after the other; the counts per status. Each point's record (the one it
-    saved, or for a point skipped as already ok its latest ok one) is appended to `records` when given."""
+    """Run the plan's points here, one after the other, each its repeats times; the counts per status. Each run's
+    record (the one it saved, or for a run skipped as already ok an ok one of its configuration) is appended to
+    `records` when given."""
     sweep.check_runnable(p)
     for point in p.points:
         if point.nodes > 1:
             raise BadInput(f"point {point.id} asks for {point.nodes} nodes; run it with --executor slurm")
         time_limit_seconds(sweep.point_time_limit(point))  # a bad limit fails before anything runs
     ensure_writable_dir(results)
-    done = _ok_records(results) if resume else {}
+    done = sweep.ok_records(results) if resume else {}
+    runs = sweep.runs(p.points)
+    todo = {run.key for run in sweep.still_to_run(runs, Counter({k: len(v) for k, v in done.items()}))}
     logs = ensure_writable_dir(Path(results) / "sweep" / "logs")
     locks = ensure_writable_dir(Path(results) / "sweep" / "locks")
     env = dict(os.environ)
     env["PYTHONPATH"] = launchers.source_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     counts: dict[str, int] = {}
-    labels = point_labels(p.points)
-    tally = Tally(total=len(p.points), to_run=sum(point.id not in done for point in p.points))
+    labels = point_labels(runs)
+    tally = Tally(total=len(runs), to_run=len(todo))
     display = _display(p.suite.name, tally)
     kept = records if records is not None else []
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # a killed sweep stops its point like Ctrl-C
     try:
         with display:
-            for n, point in enumerate(p.points, 1):
-                label = labels[point.id]
+            for n, point in enumerate(runs, 1):
+                label = labels[point.key]
                 tag = f"[{n}/{tally.total}] {point.id}"
-                if point.id in done:
+                if point.key not in todo:
                     counts["skipped"] = counts.get("skipped", 0) + 1
-                    kept.append(done[point.id])
+                    kept.append(done[point.id][-point.repeat])  # the newest ok ones
                     display.line(f"caraml: {tag} already ok, skipped" + (f": {label}" if label else ""))
-                elif (lock := _claim(locks / f"{point.id}.lock")) is None:
+                elif (lock := _claim(locks / f"{point.key}.lock")) is None:
                     counts["running"] = counts.get("running", 0) + 1
                     tally.passed_over()
                     display.line(f"caraml: {tag} is running elsewhere (an earlier sweep's point holds "
-                                 f"{locks / point.id}.lock), not run again" + (f": {label}" if label else ""))
+                                 f"{locks / point.key}.lock), not run again" + (f": {label}" if label else ""))
                 else:
                     began = time.monotonic()
                     tally.starting(began)
                     display.starting(n, point.id, label)
                     try:
-                        status, stopped, record = _run_point(point, results, python, env, logs / f"{point.id}.log",
+                        status, stopped, record = _run_point(point, results, python, env, logs / f"{point.key}.log",
                                                              lock)
                     finally:
                         os.close(lock)
@@ -142,14 +146,6 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     finally:
         signal.signal(signal.SIGTERM, old_term)
     return counts
-
-
-def _ok_records(results: str) -> dict[str, dict]:
-    """The latest ok record of each configuration (records from before a parameter was renamed count under
-    today's id, as in sweep.ok_ids)."""
-    from caraml.results.aggregate import current_id
-
-    return {current_id(r): r for r in Store(results).load(warn=False) if r.get("status") == "ok"}
 
 
 @dataclass
@@ -199,12 +195,14 @@ def duration(seconds: float) -> str:
 
 
 def point_labels(points: list[SweepPoint]) -> dict[str, str]:
-    """Each point's label for people: `key=value` of the suite's values that differ between the sweep's points
-    (the rest is the same for all of them); "" where nothing differs (a sweep of one point)."""
-    keys = list(dict.fromkeys(k for point in points for k in point.shown if k != "time_limit"))
+    """Each run's label for people (by SweepPoint.key): `key=value` of the suite's values that differ between the
+    sweep's points (the rest is the same for all of them), and which repeat it is; "" where nothing differs (a
+    sweep of one point, run once)."""
+    keys = list(dict.fromkeys(k for point in points for k in point.shown if k not in ("time_limit", "repeats")))
     missing = object()
     differ = [k for k in keys if len({repr(point.shown.get(k, missing)) for point in points}) > 1]
-    return {point.id: printable(" ".join(f"{k}={point.shown[k]}" for k in differ if k in point.shown))
+    return {point.key: printable(" ".join([f"{k}={point.shown[k]}" for k in differ if k in point.shown]
+                                          + ([f"repeat {point.repeat}/{point.repeats}"] if point.repeats > 1 else [])))
             for point in points}
 
 

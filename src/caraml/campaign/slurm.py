@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -58,7 +59,7 @@ class SlurmExecutor:
 
 def job_paths(results: str, point: SweepPoint) -> tuple[Path, str]:
     root = Path(results).resolve() / "sweep"
-    return root / "jobs" / f"{point.id}.sh", str(root / "logs" / f"{point.id}-%j.out")
+    return root / "jobs" / f"{point.key}.sh", str(root / "logs" / f"{point.key}-%j.out")
 
 
 def job_profile(p: sweep.Plan) -> dict:
@@ -68,11 +69,12 @@ def job_profile(p: sweep.Plan) -> dict:
 
 
 def write_scripts(p: sweep.Plan, results: str, python: str | None) -> list[tuple[SweepPoint, Path]]:
+    """A job script for each run: each point's repeats are jobs of their own (names and logs by SweepPoint.key)."""
     profile = systems.get(p.system)
     ensure_writable_dir(results)
     opts = jobscript.JobOptions(results=str(Path(results).resolve()), python=python or sys.executable, site=p.site)
     out = []
-    for point in p.points:
+    for point in sweep.runs(p.points):
         script, log = job_paths(results, point)
         script.parent.mkdir(parents=True, exist_ok=True)
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,7 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
 
 
 def array_name(p: sweep.Plan, points: list[SweepPoint]) -> str:
-    digest = hashlib.sha256(" ".join(point.id for point in points).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(" ".join(point.key for point in points).encode()).hexdigest()[:16]
     return f"caraml-{p.suite.workload}-array-{digest}"
 
 
@@ -146,15 +148,20 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None, array:
     require_commands()
     ensure_container(p)
     data = recover_submissions(results)
-    done = sweep.ok_ids(results) if resume else set()
-    waiting = {e["point"]["id"] for e in data["jobs"].values() if e["state"] == "submitted"}
+    scripts = write_scripts(p, results, python)
+    done: Counter = Counter()
+    have: Counter = Counter()
+    if resume:  # a run counts as done when its configuration has that many ok records and submitted jobs
+        done = Counter({k: len(v) for k, v in sweep.ok_records(results).items()})
+        have = done + Counter(e["point"]["id"] for e in data["jobs"].values() if e["state"] == "submitted")
+    wanted = {point.key for point in sweep.still_to_run([point for point, _ in scripts], have)}
     counts = {"submitted": 0, "skipped": 0}
     todo = []
-    for point, script in write_scripts(p, results, python):
-        if point.id in done or (resume and point.id in waiting):
+    for point, script in scripts:
+        if point.key not in wanted:
             counts["skipped"] += 1
-            print(f"caraml: {point.id} {'already ok' if point.id in done else 'already submitted'}, skipped",
-                  file=sys.stderr)
+            print(f"caraml: {point.key} {'already ok' if point.repeat <= done[point.id] else 'already submitted'}, "
+                  "skipped", file=sys.stderr)
             continue
         todo.append((point, script))
     if array is not None:
@@ -163,26 +170,26 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None, array:
         return counts
     for point, script in todo:
         entry = _entry(p, point, script, jobscript.job_name(point))
-        intent = state.intent_key(point.id)
+        intent = state.intent_key(point.key)
         state.update(results, {intent: entry})  # before sbatch: a kill right after it still leaves the job findable
         job_id = sbatch(script)
         # after each job: a failure later still leaves the earlier ones known
         state.update(results, {job_id: entry | {"state": "submitted"}}, drop=(intent,))
         counts["submitted"] += 1
-        print(f"caraml: {point.id} submitted as job {job_id}", file=sys.stderr)
+        print(f"caraml: {point.key} submitted as job {job_id}", file=sys.stderr)
     return counts
 
 
 def _submit_array(p: sweep.Plan, results: str, script: Path, members: list[tuple[SweepPoint, Path]]) -> int:
     name = array_name(p, [point for point, _ in members])
-    entries = {state.intent_key(point.id): _entry(p, point, path, name) | {"array_index": i}
+    entries = {state.intent_key(point.key): _entry(p, point, path, name) | {"array_index": i}
                for i, (point, path) in enumerate(members)}
     state.update(results, entries)
     job_id = sbatch(script)
     state.update(results, {f"{job_id}_{e['array_index']}": e | {"state": "submitted"} for e in entries.values()},
                  drop=tuple(entries))
     for i, (point, _) in enumerate(members):
-        print(f"caraml: {point.id} submitted as job {job_id}_{i}", file=sys.stderr)
+        print(f"caraml: {point.key} submitted as job {job_id}_{i}", file=sys.stderr)
     return len(members)
 
 

@@ -9,7 +9,7 @@
         - {tag: bf16, value: bf16}
     vars:                          # helpers for expressions, swept like params, never passed on
       global_batch_size: 32,64,128 # a list (or JUBE's comma list) is a sweep: cartesian product
-    launch: {nodes: 1}             # nodes, devices_per_node, launcher, time_limit
+    launch: {nodes: 1}             # nodes, devices_per_node, launcher, time_limit, repeats
     derived:                       # expressions evaluated in order, for each point
       batch_size: global_batch_size // devices
 """
@@ -30,7 +30,8 @@ SECTIONS = ("params", "vars", "launch", "derived")
 TOP_KEYS = {"workload", "description", "preset", "tags"} | set(SECTIONS)
 MAX_BYTES = 1 << 20  # a suite is a page of YAML; a larger file is a mistake (or an attack)
 LAUNCH_KEYS = {"nodes": "nodes (int)", "devices_per_node": "devices per node (int)",
-               "launcher": "torchrun or srun", "time_limit": "SLURM time limit, e.g. 01:00:00"}
+               "launcher": "torchrun or srun", "time_limit": "SLURM time limit, e.g. 01:00:00",
+               "repeats": "runs of each point (int), each with a record of its own"}
 
 
 @dataclass

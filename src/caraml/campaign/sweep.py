@@ -3,7 +3,8 @@ points that ended without writing one, the points already done). The executors r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from caraml import systems, workloads
 from caraml.campaign import expand as expand_mod
@@ -65,11 +66,27 @@ def one_point(suite: str, overrides: dict[str, str], system: str, tags: list[str
                    + "; ".join(open_keys))
 
 
-def ok_ids(results: str) -> set[str]:
-    """Configurations with an ok record (records from before a parameter was renamed count under today's id)."""
+def runs(points: list[SweepPoint]) -> list[SweepPoint]:
+    """What the executors run: each point `repeats` times, one after the other (SweepPoint.repeat 1, 2, ...)."""
+    return [replace(p, repeat=n) for p in points for n in range(1, p.repeats + 1)]
+
+
+def ok_records(results: str) -> dict[str, list[dict]]:
+    """The ok records of each configuration, oldest first (records from before a parameter was renamed count under
+    today's id)."""
     from caraml.results.aggregate import current_id
 
-    return {current_id(r) for r in Store(results).load(warn=False) if r.get("status") == "ok"}
+    out: dict[str, list[dict]] = {}
+    for r in sorted(Store(results).load(warn=False), key=lambda r: str(r.get("started_at") or "")):
+        if r.get("status") == "ok":
+            out.setdefault(current_id(r), []).append(r)
+    return out
+
+
+def still_to_run(runs_: list[SweepPoint], have: Counter) -> list[SweepPoint]:
+    """The runs a --resume runs: repeat n of a configuration that already has `have[id]` (ok, or submitted and
+    waiting) runs only when n is more than that."""
+    return [r for r in runs_ if r.repeat > have[r.id]]
 
 
 def check_runnable(p: Plan) -> None:

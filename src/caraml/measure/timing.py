@@ -36,6 +36,17 @@ def summarize(samples: list[float]) -> dict[str, float | int] | None:
     }
 
 
+def figure_spread(values: list[float], over: str, unit: str) -> dict | None:
+    """How much the parts of a figure that is a mean over parts (CARAML's images/s over epochs, tokens/s over log
+    intervals) differ: each part's own figure `values`, their count, lowest, highest and coefficient of variation
+    (sample standard deviation / mean; None for one part); None without parts."""
+    if not values:
+        return None
+    mean = statistics.fmean(values)
+    cv = statistics.stdev(values) / mean if len(values) > 1 and mean else None
+    return {"over": over, "unit": unit, "n": len(values), "min": min(values), "max": max(values), "cv": cv}
+
+
 class StepClock:
     """Per-step durations for one window, with device events where the device has them."""
 

@@ -84,6 +84,19 @@ def _step_spread(r):
     return (p90 - p10) / med if med and p10 is not None and p90 is not None else None
 
 
+# The record's CARAML-convention figure of each workload (a mean over epochs or log intervals).
+CARAML_FIGURES = ("caraml_images_per_s", "caraml_tokens_per_s", "caraml_timesteps_per_s")
+
+
+def caraml_figure_of(r):
+    return next((v for v in (_value(_m(r).get(k)) for k in CARAML_FIGURES) if v is not None), None)
+
+
+def _caraml_cv(r):
+    """The coefficient of variation of the epochs or log intervals behind the record's CARAML figure."""
+    return _num((_m(r).get("caraml_spread") or {}).get("cv"))
+
+
 def _peak_gib(r):
     peak = _num(_m(r).get("peak_memory_bytes"))
     return peak / 2**30 if peak is not None else None
@@ -192,8 +205,11 @@ def ours(unit: str) -> list[Column]:
         metric("mfu", "MFU", lambda r: _num(_m(r).get("mfu")), "pct"),
         metric("units_per_wh", f"{unit}/Wh", lambda r: energy_of(r).units_per_wh),
         metric("step_spread", "StepSpread", _step_spread, "pct"),
+        metric("caraml_cv", "CaramlCV", _caraml_cv, "pct", default="if-any"),
         Column("runs", "Runs", lambda p: len(p.records), "int"),
         Column("spread", "Spread", lambda p: p.spread(throughput_of), "pct"),
+        Column("caraml_repeat_spread", "CaramlSpread", lambda p: p.spread(caraml_figure_of), "pct",
+               default="if-any"),
         Column("status", "Status", lambda p: p.status),
         # Available with --columns:
         metric("tflops_per_device", "TFLOP/s/device", lambda r: _num(_m(r).get("tflops_per_device")), default=False),
@@ -245,7 +261,10 @@ def _declared(col, params=()) -> Column:
         return replace(SHARED[name], key=col.key, header=col.header, default=col.default)
     if kind == "param":
         declared = next((p for p in params if p.name == name), None)
-        return param(col.key, col.header, name, col.style, col.default, declared)
+        column = param(col.key, col.header, name, col.style, col.default, declared)
+        if col.shows is None:
+            return column
+        return replace(column, get=lambda p, raw=column.get: col.shows(raw(p), p.rep.get("params") or {}))
     if kind == "label":  # a text metric (e.g. a shape): the representative run's value, not a median
         return config(col.key, col.header, lambda r, key=name: _m(r).get(key), "text", col.default)
     key, _, sub = name.partition(".")
@@ -300,12 +319,11 @@ def _norm(name: str) -> str:
 
 
 def find(columns: list[Column], name: str) -> Column | None:
-    """A column by key or header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device')."""
+    """A column by key, else by header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device'):
+    `iterations` is ours, `Iterations` too where no key is that (the LLM's CARAML column)."""
     wanted = _norm(name)
-    for c in columns:
-        if wanted in (_norm(c.key), _norm(c.header)):
-            return c
-    return None
+    return (next((c for c in columns if _norm(c.key) == wanted), None)
+            or next((c for c in columns if _norm(c.header) == wanted), None))
 
 
 FIELDS_HINT = "; or a parameter (data, params.data) or a record field (launch.world_size, metrics.energy.reason)"
@@ -344,11 +362,14 @@ def resolve(columns: list[Column], name: str, points=()) -> Column | None:
 
 # What the text table adds to a header so that figures of one name but another convention are told apart.
 NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_throughput": "CARAML",
-         "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10"}
+         "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10",
+         "caraml_cv": "std/mean", "caraml_iterations": "CARAML", "caraml_time_per_iteration_s": "CARAML",
+         "caraml_tokens_per_s": "CARAML", "caraml_tflops_per_device": "CARAML"}
 # Kept longest when a table is narrowed to fit (after the columns it keeps always).
 HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
 STEADY_SPREAD = 0.25  # a step-time spread above this is flagged in the text table
-REPEAT_SPREAD = 0.10  # so is a spread of the repeats' throughputs above this
+REPEAT_SPREAD = 0.10  # so is a spread of the repeats' throughputs (or CARAML figures) above this
+CARAML_SPREAD = 0.10  # and a CARAML figure whose epochs or log intervals vary more than this
 ENERGY_KEYS = ("energy_wh", "units_per_wh", "energy_per_device_wh", "energy_measure_wh")
 
 
@@ -371,10 +392,22 @@ def varying(columns: list[Column], shown_cols: list[Column], points) -> list[Col
     return [c for c in out if c is not None and c.key not in {s.key for s in shown_cols}]
 
 
+def differs(c: Column, points) -> bool:
+    return len({json.dumps(c.get(p), sort_keys=True, default=str) for p in points}) > 1
+
+
+def telling_apart(columns: list[Column], shown_cols: list[Column], points) -> list[Column]:
+    """The columns shown whenever the rows differ in them (default "if-differs": the engine that made a figure)
+    that `shown_cols` lacks."""
+    have = {c.key for c in shown_cols}
+    return [c for c in columns if c.default == "if-differs" and c.key not in have and differs(c, points)]
+
+
 def choose(columns: list[Column], names: list[str] | None, workload: str, points=()) -> list[Column]:
     if not names:
         return [c for c in columns if c.default is True
-                or (c.default == "if-any" and any(c.get(p) is not None for p in points))]
+                or (c.default == "if-any" and any(c.get(p) is not None for p in points))
+                or (c.default == "if-differs" and differs(c, points))]
     chosen = []
     for name in names:
         c = resolve(columns, name, points)

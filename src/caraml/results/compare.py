@@ -142,6 +142,8 @@ def _shown_columns(columns: list[cols.Column], key: str, cells: list[dict]) -> l
             continue
         if c.default == "if-any" and not any(c.get(p) is not None for cell in cells for p in cell.values()):
             continue  # e.g. FNO's Version, which older records do not have
+        if c.default == "if-differs" and not cols.differs(c, [p for cell in cells for p in cell.values()]):
+            continue  # one engine throughout
         if key in SCALING_KEYS and c.key in SCALING_KEYS:
             continue
         if all(len({json.dumps(c.get(p), default=str) for p in cell.values()}) == 1 for cell in cells):

@@ -52,7 +52,7 @@ def _headline_first(table: Table) -> Table:
     order = [0] + head + [i for i in range(1, len(table.keys)) if i not in head] if table.keys else []
     pick = (lambda xs: [xs[i] for i in order])
     return Table(title=table.title, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
-                 rows=[pick(r) for r in table.rows], extras=table.extras)
+                 rows=[pick(r) for r in table.rows], extras=table.extras, marks=table.marks, notes=table.notes)
 
 
 def _table(table: Table) -> str:

@@ -78,10 +78,10 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
     configuration that differs, throughput and status."""
     everything = columns_of(workload, points)
     columns = cols.choose(everything, names, workload, points)
-    if not names:
-        extra = cols.varying(everything, columns, points)
-        last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
-        columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
+    # rows that differ in a parameter no column shows would look alike; in the engine, even beside --columns
+    extra = cols.telling_apart(everything, columns, points) if names else cols.varying(everything, columns, points)
+    last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
+    columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
     rows = [[c.get(p) for c in columns] for p in points]
     table = Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
                   styles=[c.style for c in columns], rows=rows,
@@ -103,6 +103,11 @@ _SPREADS = {
                     "so the figures are unsteady; measure more steps or repeat"),
     "spread": (cols.REPEAT_SPREAD, "the repeats' throughputs differ that much ((max-min)/median), so the median is "
                "uncertain; look for a noisy neighbour, clocks or thermals, and repeat"),
+    "caraml_cv": (cols.CARAML_SPREAD, "CARAML's figure is a mean over epochs or log intervals that differ that much "
+                  "(standard deviation / mean; metrics.caraml_spread has their lowest and highest), so it depends on "
+                  "which ones ran; run more of them or repeat"),
+    "caraml_repeat_spread": (cols.REPEAT_SPREAD, "the repeats' CARAML figures differ that much ((max-min)/median), so "
+                             "their median is uncertain; repeat more (caraml sweep ... repeats=N)"),
 }
 
 

@@ -213,17 +213,19 @@ def markdown_text(text: str) -> str:
 
 
 def html_table(table: Table, css_class: str = "data") -> str:
-    """The table as an HTML element (text escaped), for the report."""
+    """The table as an HTML element (text escaped), for the report; its marks after their values and its footnotes
+    under it, as in the text table."""
     from html import escape
 
     head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
     body = []
-    for row in shown(table):
+    for row in _text_cells(table):
         cells = "".join(f'<td class="{"num" if s in RIGHT else "txt"}">{escape(v)}</td>'
                         for v, s in zip(row, table.styles))
         body.append(f"<tr>{cells}</tr>")
+    notes = "".join(f'<p class="note">{escape(n)}</p>' for n in table.notes)
     return (f'<table class="{css_class}"><caption>{escape(table.title)}</caption><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+            f"<tbody>{''.join(body)}</tbody></table>{notes}")
 
 
 def render(records: list[dict], fmt: str) -> str:

@@ -31,7 +31,12 @@ class Col:
     header: str
     source: str
     style: str = "text"
-    default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
+    # shown without --columns; "if-any": only when some row has a value; "if-differs": whenever the rows differ in
+    # it, also beside the columns asked for (the engine that made a figure)
+    default: bool | str = True
+    # param: how the parameter's value reads in the table, from it and the run's parameters (CompileMode "eager"
+    # where nothing is compiled); None: as it is
+    shows: Callable[[Any, dict], Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,10 @@ WORKLOAD = register(Workload(
              Col("mode", "Mode", "param:mode"),
              Col("precision", "MixedPrecision", "param:precision"),  # older records: amp (Param.aliases)
              Col("complex_mixed_precision", "ComplexMixedPrecision", "param:complex_mixed_precision", "bool"),
-             Col("compile", "Compiler", "param:compile"), Col("compile_mode", "CompileMode", "param:compile_mode"),
+             Col("compile", "Compiler", "param:compile"),
+             # CARAML's word for a run that compiles nothing
+             Col("compile_mode", "CompileMode", "param:compile_mode",
+                 shows=lambda v, params: "eager" if params.get("compile") == "none" else v),
              Col("mean_compile_time_s", "MeanCompileTime (s)", "metric:mean_compile_time_s", default="if-any"),
              Col("epoch_time_s", "TotalEpochTime (s)", "metric:total_epoch_time_s", default="if-any"),
              Col("train_time_s", "TotalTrainTime (s)", "metric:total_train_time_s", default="if-any"),
@@ -222,7 +225,7 @@ WORKLOAD = register(Workload(
              Col("compile_scope", "CompileScope", "param:compile_scope", default=False),
              Col("data", "Data", "metric:data_source|param:data", "word", default=False)),
     metrics=("global_batch_size", "dp", "settings", "model_params", "model_params_m", "model_size_mb", "input_shape",
-             "grid", "particles", "data", "train_throughput", "caraml_timesteps_per_s", "epochs",
+             "grid", "particles", "data", "train_throughput", "caraml_timesteps_per_s", "caraml_spread", "epochs",
              "throughput_conventions", "flops", "memory_split", "compile_report", "math", "caraml_config",
              "caraml_version", "data_source", "mean_compile_time_s", "total_epoch_time_s", "total_train_time_s",
              "total_compute_time_s", "timesteps", "train_timesteps", "counted_epochs", "caraml_tflops",

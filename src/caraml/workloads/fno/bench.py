@@ -26,6 +26,7 @@ from caraml.kit.epochs import EpochTimes, run_epochs
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, grad_scaler, matmul_tf32_allowed, precision_in_use
 from caraml.kit.step import backward_and_step
+from caraml.measure.timing import figure_spread
 from caraml.workloads.fno import CARAML_CONFIG_FILES, COMPILE_MODES, files, flops
 from caraml.workloads.fno.config import FNOConfig
 from caraml.workloads.fno.model import build_model, count_parameters
@@ -400,6 +401,9 @@ class FNOBench:
                "caraml_timesteps_per_s": timesteps / compute_time if compute_time else None,
                "train_timesteps_per_s": train_timesteps / train_time if train_time else None,
                "tflops_per_epoch": tflops, "tflops": statistics.mean(tflops) if tflops else None,
+               # each counted epoch's own Timesteps/s on this rank: how much the epochs behind the figure differ
+               "spread": figure_spread([(data.n_train + data.n_val) / (t + v) for t, v in
+                                        zip(train_s[counted], val_s[counted]) if t + v > 0], "epochs", "timesteps/s"),
                "last_train_loss": state["train_loss"] if train_s else None,
                "last_val_loss": state["val_loss"] if train_s else None}
         memory = state["memory"]
@@ -490,6 +494,7 @@ class FNOBench:
             ep = self.epochs
             out["epochs"] = ep
             out["caraml_timesteps_per_s"] = ep["caraml_timesteps_per_s"]
+            out["caraml_spread"] = ep["spread"]
             out["train_throughput"] = {"value": ep["train_timesteps_per_s"], "unit": "timesteps/s"}
             # CARAML's table columns, flat for the results table
             out.update({key: ep[key] for key in CARAML_EPOCH_KEYS})

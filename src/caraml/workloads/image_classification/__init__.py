@@ -189,6 +189,7 @@ WORKLOAD = register(Workload(
              Col("queue", "Queue", "shared:queue", default=False),
              Col("runtime_s", "Runtime(s)", "shared:runtime_s", default=False),
              Col("model", "Model", "param:model"),
+             Col("backend", "Backend", "param:backend", default="if-differs", shows=lambda v, _: v or "torch"),
              Col("dataset", "Dataset", "metric:dataset", "word", default=False),
              "nodes", "devices",
              Col("tasks_per_node", "Tasks/Node", "shared:tasks_per_node", default=False),
@@ -208,6 +209,6 @@ WORKLOAD = register(Workload(
              Col("convention", "Convention", "param:convention", default=False),
              Col("image_size", "ImageSize", "param:image_size", "int", default=False),
              Col("data", "Data", "param:data", default=False)),
-    metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_epochs",
-             "epochs", "ipu", "stem_padded"),
+    metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_spread",
+             "caraml_epochs", "epochs", "ipu", "stem_padded"),
 ))

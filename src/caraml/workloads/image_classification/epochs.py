@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, random_split
 from torch.utils.data.distributed import DistributedSampler
 
 from caraml.kit.epochs import run_epochs
+from caraml.measure.timing import figure_spread
 from caraml.workloads.image_classification.config import ClassificationConfig
 from caraml.workloads.image_classification.model import logits
 from caraml.workloads.image_classification.synthetic import ignore_stop_signals
@@ -171,13 +172,14 @@ class EpochRunner:
         self.train = self.val = None  # stops the persistent workers
 
     def results(self) -> dict:
-        """The record's metrics: caraml_images_per_s (with its convention) and the epochs behind it."""
+        """The record's metrics: caraml_images_per_s (with its convention), its spread and the epochs behind it."""
         cfg = self.cfg
         rates = [cfg.dataset_size / t for t in self.epoch_times if t > 0]
         value = statistics.fmean(rates) if rates else None
         done = len(self.epoch_times)
         return {
             "caraml_images_per_s": {"value": value, "unit": "images/s", "convention": CONVENTION},
+            "caraml_spread": figure_spread(rates, "epochs", "images/s"),
             "caraml_epochs": {
                 "epochs": done, "epochs_asked": cfg.epochs, "completed": done == cfg.epochs,
                 "warmup_epochs": len(self.warmup_times), "dataset_size": cfg.dataset_size,

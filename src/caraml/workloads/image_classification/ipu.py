@@ -14,6 +14,7 @@ import statistics
 import time
 
 from caraml.errors import BadInput
+from caraml.measure.timing import figure_spread
 
 # CARAML's gradient accumulation by global batch size (image_classification_torch_benchmark.xml, ipu_gas).
 CARAML_ACCUMULATION = {16: 4, 32: 4, 64: 4, 128: 16, 256: 16, 512: 32, 1024: 64, 2048: 128, 4096: 256}
@@ -169,6 +170,7 @@ def ipu_details(cfg, times, at=None) -> dict:
             "value": statistics.fmean(rates) if rates else None, "unit": "images/s",
             "convention": "caraml-epochs (IPU): images/s of an epoch = dataset_size // global batch steps x "
                           "global batch / the epoch's wall time, mean over the epochs after the warm-up ones"}
+        out["caraml_spread"] = figure_spread(rates, "epochs", "images/s")
         out["caraml_epochs"] = {"epochs": len(epoch_times), "epochs_asked": cfg.epochs,
                                 "warmup_epochs": cfg.warmup_epochs, "steps_per_epoch": steps,
                                 "epoch_time_s": epoch_times, "images_per_s": rates,

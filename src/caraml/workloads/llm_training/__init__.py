@@ -252,6 +252,7 @@ def _ipu_problem(cfg: TrainingConfig, dp: int) -> str | None:
 # The 800M shape differs between CARAML's versions: 8 heads in 2024.01, 16 in the newest 2025.01.
 CARAML_HEADS = {("2024", "800M"): 8, ("2025", "800M"): 16}
 CARAML_PRESETS = {"2024": "800M-2024", "2025": "800M"}
+CARAML_VERSIONS = {"2024": "2024.01", "2025": "2025.01"}  # caraml_config -> CARAML's version (its Version column)
 
 
 def caraml_problem(cfg: TrainingConfig) -> str | None:
@@ -378,32 +379,34 @@ WORKLOAD = register(Workload(
     name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build, config=TrainingConfig,
     check_device=check_device, check_launch=layout_problem, dims=dims, torch_features=torch_features,
     description="GPT pre-training, Megatron's recipe in PyTorch (tensor, pipeline, data parallel)",
-    # CARAML's columns (its jube result's, in its order; those it always shows are shown by default), then ours
-    # (MFU, Tokens/Wh, ...); CARAML's figures by its convention (convention=caraml-log) where a run has them
+    # CARAML's columns (its jube result's, in its order), then ours (MFU, Tokens/Wh, ...). CARAML's headers carry
+    # CARAML's figures (convention=caraml-log; shown where a run has them), ours our steady figures.
     columns=(Col("job_id", "JobID", "shared:job_id", default=False), "system",
-             Col("version", "Version", "shared:version", default=False),
+             Col("version", "Version", "param:caraml_config", default=False,
+                 shows=lambda v, _: CARAML_VERSIONS.get(v)),
              Col("queue", "Queue", "shared:queue", default=False),
              Col("job_time", "JobTime", "shared:job_time", default=False),
              Col("runtime_min", "Runtime(min)", "shared:runtime_min", default=False),
              Col("model", "Model", "label:model", default=False),
              Col("model_size", "ModelSize", "param:model_size"),
+             # the engine, wherever the rows differ in it (records from before backend existed: native)
+             Col("backend", "Backend", "param:backend", default="if-differs", shows=lambda v, _: v or "native"),
              Col("dataset", "Dataset", "metric:dataset", "word", default=False),
              "nodes", "devices", "global_batch_size",
              Col("pp", "PipelineParallel", "param:pp", "int"), Col("tp", "TensorParallel", "param:tp", "int"),
              Col("dp", "DataParallel", "shared:dp"),
-             Col("iterations", "Iterations", "metric:measured_steps", "int"),
-             Col("time_per_iteration_s", "Time/iteration(s)", "shared:time_per_iteration_s"),
-             Col("throughput", "Tokens/second", "metric:throughput.value", "num"),
-             Col("tflops_caraml_per_device", "Avg_TFLOPs/GPU", "metric:tflops_caraml_per_device", "num"),
+             Col("caraml_iterations", "Iterations", "metric:caraml_iterations", "int", default="if-any"),
+             Col("caraml_time_per_iteration_s", "Time/iteration(s)", "metric:caraml_time_per_iteration_s",
+                 default="if-any"),
+             Col("caraml_tokens_per_s", "Tokens/second", "metric:caraml_tokens_per_s.value", default="if-any"),
+             Col("caraml_tflops_per_device", "Avg_TFLOPs/GPU", "metric:caraml_tflops_per_device", default="if-any"),
              Col("time_to_report_s", "time_to_report_in_seconds", "metric:time_to_report_s", default=False),
              Col("energy_file", "EnergyFile", "shared:energy_file", default=False),
-             Col("caraml_iterations", "Iterations(caraml-log)", "metric:caraml_iterations", "int", default="if-any"),
-             Col("caraml_time_per_iteration_s", "Time/iteration(s)(caraml-log)", "metric:caraml_time_per_iteration_s",
-                 default="if-any"),
-             Col("caraml_tokens_per_s", "Tokens/second(caraml-log)", "metric:caraml_tokens_per_s.value",
-                 default="if-any"),
-             Col("caraml_tflops_per_device", "Avg_TFLOPs/GPU(caraml-log)", "metric:caraml_tflops_per_device",
-                 default="if-any"),
+             # ours, of the steady window
+             Col("iterations", "MeasuredSteps", "metric:measured_steps", "int"),
+             Col("time_per_iteration_s", "IterationTime s", "shared:time_per_iteration_s"),
+             "throughput",
+             Col("tflops_caraml_per_device", "TFLOP/s/GPU (CARAML formula)", "metric:tflops_caraml_per_device", "num"),
              "energy_wh", "ours",
              Col("micro_batch_size", "MicroBatchSize", "param:micro_batch_size", "int", default=False),
              Col("grad_accumulation", "GradAccumulation", "param:grad_accumulation", "int", default=False),
@@ -412,11 +415,10 @@ WORKLOAD = register(Workload(
              Col("mixed_precision", "MixedPrecision", "param:mixed_precision", default=False),
              Col("distributed_optimizer", "DistributedOptimizer", "param:distributed_optimizer", default=False),
              Col("caraml_config", "CaramlConfig", "param:caraml_config", default=False),
-             Col("convention", "Convention", "param:convention", default=False),
-             Col("backend", "Backend", "param:backend", default=False)),
+             Col("convention", "Convention", "param:convention", default=False)),
     metrics=("time_per_iteration_s", "dp", "global_batch_size", "loss", "tflops_caraml_per_device", "flops",
              "parameters", "padded_vocab_size", "loss_scale", "parallel_setup", "throughput_convention",
              "caraml_config", "precision_mechanism", "caraml_tokens_per_s", "caraml_time_per_iteration_s",
-             "caraml_tflops_per_device", "caraml_iterations", "caraml_log", "model", "dataset", "time_to_report_s",
-             "ipu"),
+             "caraml_tflops_per_device", "caraml_iterations", "caraml_spread", "caraml_log", "model", "dataset",
+             "time_to_report_s", "ipu"),
 ))

@@ -339,7 +339,7 @@ class GPTBench:
         return {"caraml_tokens_per_s": found.pop("tokens_per_s"),
                 "caraml_time_per_iteration_s": found["time_per_iteration_s"],
                 "caraml_tflops_per_device": found["tflops_per_device"],
-                "caraml_iterations": found["iterations"], "caraml_log": found}
+                "caraml_iterations": found["iterations"], "caraml_spread": found.pop("spread"), "caraml_log": found}
 
     # the record -------------------------------------------------------------------------------------------------
     def iteration_times(self) -> list[float]:
@@ -381,7 +381,7 @@ class GPTBench:
                                                         model.activation)
         out = (self._caraml_log(caraml_flops) if self.cfg.caraml.logs else  # convention=steady: none of CARAML's
                dict.fromkeys(("caraml_tokens_per_s", "caraml_time_per_iteration_s", "caraml_tflops_per_device",
-                              "caraml_iterations", "caraml_log")))
+                              "caraml_iterations", "caraml_spread", "caraml_log")))
         return {
             **out,
             "throughput_convention": "steady-state: tokens of the measured steps / their wall time",

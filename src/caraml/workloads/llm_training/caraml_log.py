@@ -10,6 +10,8 @@ it started. time_to_report_in_seconds = 20,000,000 / Tokens/second (CARAML's col
 
 from __future__ import annotations
 
+from caraml.measure.timing import figure_spread
+
 CONVENTIONS = ("steady", "caraml-log")
 LOG_INTERVAL = 5  # CARAML's --log-interval
 REPORT_TOKENS = 20_000_000  # CARAML's throughput_in_time: seconds to train this many tokens
@@ -29,14 +31,17 @@ def interval_times(step_seconds: list[float], interval: int) -> list[float]:
 def figures(step_seconds: list[float], interval: int, global_batch: int, seq_length: int, devices: int,
             flops_per_iteration: float, exit_minutes: float) -> dict:
     """CARAML's figures of a run whose iterations took `step_seconds` (every one, from the first): its
-    Tokens/second, Time/iteration(s), Avg_TFLOPs/GPU, Iterations and time_to_report_in_seconds; None values
-    where no interval was completed."""
+    Tokens/second (and its spread over the intervals), Time/iteration(s), Avg_TFLOPs/GPU, Iterations and
+    time_to_report_in_seconds; None values where no interval was completed."""
     logged = interval_times(step_seconds, interval)
     mean = sum(logged) / len(logged) if logged else None
     tokens = global_batch * seq_length / mean if mean else None
     tflops = [flops_per_iteration / (t * devices * 1e12) for t in logged if t > 0]
     return {
         "tokens_per_s": {"value": tokens, "unit": "tokens/s", "convention": CONVENTION},
+        # how much the intervals' own tokens/s differ (the first one, with its slow first iterations, included)
+        "spread": figure_spread([global_batch * seq_length / t for t in logged if t > 0], "log intervals",
+                                "tokens/s"),
         "time_per_iteration_s": mean,
         "tflops_per_device": sum(tflops) / len(tflops) if tflops else None,
         "iterations": len(logged) * interval,
