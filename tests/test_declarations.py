@@ -75,6 +75,8 @@ def test_a_workload_with_a_config_needs_no_parameter_list():
     wl = Workload(name="declared_once", unit="things", config=_Config)
     assert wl.params == params_of(_Config) and wl.headline == ("batch_size",)
     assert wl.config_of(resolve(wl.params, {"batch_size": "8"}, wl.name)) == _Config(batch_size=8)
+    with pytest.raises(TypeError, match="workload twice_declared: its config declares its parameters"):
+        Workload(name="twice_declared", unit="things", config=_Config, params=params_of(_Config))
 
 
 def test_a_default_of_another_type_than_its_field_is_refused():

@@ -179,11 +179,6 @@ def id_view(declared: list[Param], values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def typed_fields(cls, values: dict[str, Any]):
-    """An instance of the dataclass `cls` from the `values` its fields name (the rest belong to other owners)."""
-    return cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values})
-
-
 _SETTING = "caraml.setting"  # the key of a setting's Param attributes in its field's metadata
 _TYPES = (int, float, bool, str)
 

@@ -61,6 +61,9 @@ class Workload:
     torch_features: Callable[[Any, Any], tuple] | None = None
 
     def __post_init__(self):
+        if self.config is not None and self.params is not None:
+            raise TypeError(f"workload {self.name}: its config declares its parameters; give config= or params=, "
+                            "not both")
         if self.params is None:
             object.__setattr__(self, "params", params_of(self.config) if self.config is not None else [])
 
@@ -82,7 +85,7 @@ class Workload:
 
     @property
     def headline(self) -> tuple[str, ...]:
-        """The parameters a run names in its first line (Param(headline=True))."""
+        """The parameters a run names in its first line (setting(..., headline=True))."""
         return tuple(p.name for p in self.params if p.headline)
 
 
