@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Iterable, get_type_hints
 
 from caraml.errors import BadInput, did_you_mean, shown
@@ -221,7 +221,7 @@ def _settings_and_sections(config):
     for f in fields(config):
         if not f.init:
             continue
-        if _SETTING not in f.metadata and not (is_dataclass(hints[f.name]) and f.default is MISSING):
+        if _SETTING not in f.metadata and not is_dataclass(hints[f.name]):
             raise TypeError(f"{config.__name__}.{f.name} is neither a setting(...) nor a section (a dataclass of "
                             "settings)")
         yield f, hints[f.name]

@@ -31,7 +31,7 @@ class MeasureSettings:
     seed: int = setting(0, "random seed for weights and synthetic data", minimum=0, identifies=False)
     # A cpu run and a cuda run are different configurations: device identifies.
     device: str = setting("auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu"))
-    # the phases are announced still at 0
+    # at 0 the phases are announced still
     log_interval: float = setting(5.0, "seconds between the live log's step lines on stderr (0: none)", minimum=0.0,
                                   identifies=False)
 
