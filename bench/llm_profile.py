@@ -58,7 +58,7 @@ def caraml_step(micro: int, params: dict, cpu: bool):
     compute = bench.cfg.compute
     return bench.step, {"params": {"micro_batch_size": bench.micro, "attention": compute.attention,
                                    "compile_scope": compute.compile_scope, "precision": compute.precision,
-                                   "recompute": compute.recompute}}
+                                   "recompute": bench.cfg.parallel.recompute}}
 
 
 def plain_step(micro: int, cpu: bool):

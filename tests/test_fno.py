@@ -180,10 +180,9 @@ def test_ddp_global_batch_through_distributed_loaders(runs):
 
 def _config(**given):
     from caraml.params import resolve
-    from caraml.workloads.fno import PARAMS
-    from caraml.workloads.fno.config import FNOConfig
+    from caraml.workloads.fno import WORKLOAD
 
-    return FNOConfig.from_params(resolve(PARAMS, given, "fno"))
+    return WORKLOAD.config_of(resolve(WORKLOAD.params, given, "fno"))
 
 
 def test_presets_and_settings_follow_caraml_table():
@@ -193,9 +192,9 @@ def test_presets_and_settings_follow_caraml_table():
     for problem, ((cin, cout), width, modes, layers, batch) in CARAML_TABLE.items():
         auto = _config(problem=problem)  # every 0/auto: the problem's value
         preset = PRESETS[problem]
-        assert (auto.width, "x".join(map(str, auto.modes)), auto.layers, auto.batch_size) == (
+        assert (auto.width, auto.modes, auto.layers, auto.batch_size) == (
             width, modes, layers, batch)
-        assert auto.problem is TABLE[problem] and auto.lr == TABLE[problem].lr
+        assert auto.problem_spec is TABLE[problem] and auto.lr == TABLE[problem].lr
         assert (preset["width"], preset["modes"], preset["layers"], preset["batch_size"]) == (width, modes, layers,
                                                                                               batch)
         pb = TABLE[problem]
@@ -609,15 +608,16 @@ def test_dse_layouts_are_the_same_operator(dtype, complex_weights, norm, chunk, 
 def test_dse_layout_is_refused_off_pic1d_and_quiet_at_its_default():
     from caraml.errors import BadInput
     from caraml.params import id_view, resolve
-    from caraml.workloads.fno import PARAMS
+    from caraml.workloads.fno import WORKLOAD
 
+    declared = WORKLOAD.params
     assert _config(problem="PIC1D").dse_layout == "channels-last"
     assert _config(problem="PIC1D", dse_layout="channels-first").dse_layout == "channels-first"
     with pytest.raises(BadInput, match="dse_layout=channels-first applies to PIC1D only"):
         _config(problem="RBC2D", dse_layout="channels-first")
     # the configuration ids of PIC1D points stored before the parameter (the same operator) stay as they were
-    assert "dse_layout" not in id_view(PARAMS, resolve(PARAMS, {"problem": "PIC1D"}, "fno"))
-    assert id_view(PARAMS, resolve(PARAMS, {"problem": "PIC1D", "dse_layout": "channels-first"}, "fno"))[
+    assert "dse_layout" not in id_view(declared, resolve(declared, {"problem": "PIC1D"}, "fno"))
+    assert id_view(declared, resolve(declared, {"problem": "PIC1D", "dse_layout": "channels-first"}, "fno"))[
         "dse_layout"] == "channels-first"
 
 

@@ -88,12 +88,12 @@ def test_a_global_batch_that_does_not_split_is_one_line_exit_2():
 def test_batch_size_and_global_batch_size_together_are_refused():
     from caraml.errors import BadInput
     from caraml.params import resolve
-    from caraml.workloads.fno import PARAMS
+    from caraml.workloads.fno import WORKLOAD
     from caraml.workloads.fno.config import FNOConfig
 
     with pytest.raises(BadInput, match="give one of them"):
-        FNOConfig.from_params(resolve(PARAMS, {"batch_size": 5, "global_batch_size": 20}, "fno"))
-    cfg = FNOConfig.from_params(resolve(PARAMS, {"problem": "PIC2D", "global_batch_size": 8}, "fno"))
+        FNOConfig.from_params(resolve(WORKLOAD.params, {"batch_size": 5, "global_batch_size": 20}, "fno"))
+    cfg = FNOConfig.from_params(resolve(WORKLOAD.params, {"problem": "PIC2D", "global_batch_size": 8}, "fno"))
     assert (cfg.local_batch(4), cfg.batch_misfit(4), cfg.local_batch(1)) == (2, None, 8)
     assert "over 3" in cfg.batch_misfit(3)
 

@@ -159,20 +159,20 @@ def test_gelu_after_every_fourier_layer_and_a_4x_projection():
 def test_pic2d_operator_is_a_parameter_and_only_pic2d_has_one():
     from caraml.errors import BadInput
     from caraml.params import resolve
-    from caraml.workloads.fno import PARAMS
+    from caraml.workloads.fno import WORKLOAD
     from caraml.workloads.fno.config import FNOConfig
     from caraml.workloads.fno.problems import PROBLEMS
 
     def config(**given):
-        return FNOConfig.from_params(resolve(PARAMS, given, "fno"))
+        return FNOConfig.from_params(resolve(WORKLOAD.params, given, "fno"))
 
     default = config(problem="PIC2D")
-    assert (default.problem.kind, default.pic2d_operator, default.nufft_backend) == ("kbnufft", "caraml",
+    assert (default.problem_spec.kind, default.pic2d_operator, default.nufft_backend) == ("kbnufft", "caraml",
                                                                                      "torchkbnufft")
-    assert default.modes == (16, 16)  # CARAML's config names kX x kY; its operator keeps kX
-    assert config(problem="PIC2D", pic2d_operator="grid2d").problem.kind == "nufft"
+    assert default.kept_modes == (16, 16)  # CARAML's config names kX x kY; its operator keeps kX
+    assert config(problem="PIC2D", pic2d_operator="grid2d").problem_spec.kind == "nufft"
     for problem in ("PIC1D", "RBC2D", "RBC3D"):
-        assert config(problem=problem, pic2d_operator="grid2d").problem is PROBLEMS[problem]
+        assert config(problem=problem, pic2d_operator="grid2d").problem_spec is PROBLEMS[problem]
     with pytest.raises(BadInput, match="complex_mixed_precision=on is not available for PIC2D's CARAML operator"):
         config(problem="PIC2D", complex_mixed_precision="on")
     with pytest.raises(BadInput, match="nufft_backend=sparse is not valid"):

@@ -190,7 +190,7 @@ def test_config_sections_read_the_parameters():
     assert isinstance(c, TrainingConfig)
     assert (c.batch.replica_rows, c.batch.global_batch(4)) == (6, 24)
     assert (c.model.ffn, c.model.head_dim, c.model.padded_vocab(2)) == (256, 16, 512)
-    assert (c.parallel.tp, c.data.source, c.data.path) == (2, "synthetic", "x/y")
+    assert (c.parallel.tp, c.dataset.data, c.dataset.data_path) == (2, "synthetic", "x/y")
 
 
 @pytest.mark.subprocess

@@ -26,16 +26,17 @@ def test_from_params_reads_the_resolved_power_parameters():
     values = resolve(POWER_PARAMS, {"power": "rapl,nvml", "power_interval_ms": "20", "idle_baseline_s": "1.5",
                                     "energy_files": "caraml"}, "w")
     settings = PowerSettings.from_params(dict(values, batch_size=8))  # other owners' keys are ignored
-    assert settings == PowerSettings(methods="rapl,nvml", interval_ms=20.0, idle_baseline_s=1.5, energy_files="caraml")
+    assert settings == PowerSettings(power="rapl,nvml", power_interval_ms=20.0, idle_baseline_s=1.5,
+                                     energy_files="caraml")
     assert settings.enabled
     with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.methods = "off"
+        settings.power = "off"
 
 
 def test_from_params_defaults_are_the_declarations():
     assert PowerSettings.from_params({}) == PowerSettings.from_params(resolve(POWER_PARAMS, {}, "w"))
-    assert PowerSettings.from_params({}) == PowerSettings(methods="auto", interval_ms=100.0, idle_baseline_s=0.0,
-                                                          energy_files="none")
+    assert PowerSettings.from_params({}) == PowerSettings(power="auto", power_interval_ms=100.0,
+                                                          idle_baseline_s=0.0, energy_files="none")
 
 
 def test_power_off_means_no_monitor():
@@ -98,7 +99,7 @@ def test_the_runner_hands_an_injected_factory_the_settings_profile_run_id_and_sy
     finally:
         workloads._REGISTERED.pop("power_settings_probe")
     [(settings, profile, run_id, system_tag, runs_dir)] = calls
-    assert settings == PowerSettings(methods="auto", interval_ms=25.0, idle_baseline_s=0.0, energy_files="caraml")
+    assert settings == PowerSettings(power="auto", power_interval_ms=25.0, idle_baseline_s=0.0, energy_files="caraml")
     assert profile == systems.get("CPU") and system_tag == "CPU"
     assert run_id == rec["run_id"] and str(runs_dir) == str(tmp_path / "runs")
     assert rec["metrics"]["energy"] == {"available": False, "total_wh": None, "reason": "a test monitor"}

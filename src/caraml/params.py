@@ -3,14 +3,20 @@
 A parameter has a name, a type (int, float, bool, str), a default, optional choices and a help
 line. Parsing is strict: unknown keys, wrong types and values outside the choices raise
 `BadInput` with one line naming the key, the bad value and what would be right.
+
+A parameter is declared once, as a field of its owner's frozen config dataclass (`x: int = setting(4, "help",
+minimum=1)`): the field gives its name, type and default, `setting` the rest of its `Param`. `params_of(Config)`
+is the list `resolve`, `caraml show`, `caraml workloads`, sweeps and presets read, and `read_config(Config,
+values)` the config of resolved values. A field whose type is itself such a dataclass is a section: its settings
+are the owner's, under their own names (the user never sees sections).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Callable, Iterable, get_type_hints
 
 from caraml.errors import BadInput, did_you_mean, shown
 
@@ -173,11 +179,52 @@ def id_view(declared: list[Param], values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def typed_fields(cls, values: dict[str, Any]):
-    """An instance of the dataclass `cls` from the `values` its fields name (the rest belong to other owners)."""
-    from dataclasses import fields
+_SETTING = "caraml.setting"  # the key of a setting's Param attributes in its field's metadata
+_TYPES = (int, float, bool, str)
 
-    return cls(**{f.name: values[f.name] for f in fields(cls) if f.init and f.name in values})
+
+def setting(default: Any, help: str = "", **declared) -> Any:
+    """A config field that is a parameter: its name, type and default are the field's; `help` and `declared`
+    (choices, minimum, check, headline, identifies, identifies_at_default, aliases, value_aliases, id_values) are
+    the rest of its `Param`."""
+    unknown = set(declared) - ({f.name for f in fields(Param)} - {"name", "type", "default"})
+    if unknown:
+        raise TypeError(f"setting() takes no {', '.join(sorted(unknown))}: the field gives name, type and default")
+    return field(default=default, metadata={_SETTING: {"help": help, **declared}})
+
+
+def params_of(config) -> list[Param]:
+    """The parameters a config dataclass declares, in field order, its sections' in their place. TypeError for a
+    field that is neither a setting nor a section, and for a setting whose default is not of its type."""
+    out = []
+    for f, type_ in _settings_and_sections(config):
+        if _SETTING not in f.metadata:
+            out += params_of(type_)
+            continue
+        if type_ not in _TYPES or type(f.default) is not type_:
+            raise TypeError(f"{config.__name__}.{f.name}: a setting is an int, float, bool or str with a default "
+                            f"of that type, not {getattr(type_, '__name__', type_)} = {f.default!r}")
+        out.append(Param(f.name, type_, f.default, **f.metadata[_SETTING]))
+    return out
+
+
+def read_config(config, values: dict[str, Any]):
+    """An instance of the config dataclass `config` from resolved parameter values (a section read likewise);
+    a setting not among `values` holds its declared default, keys of other owners are left alone."""
+    return config(**{f.name: values.get(f.name, f.default) if _SETTING in f.metadata else read_config(type_, values)
+                     for f, type_ in _settings_and_sections(config)})
+
+
+def _settings_and_sections(config):
+    """(field, its type) for each field a config's caller sets: a setting, or a section (a dataclass of them)."""
+    hints = get_type_hints(config)
+    for f in fields(config):
+        if not f.init:
+            continue
+        if _SETTING not in f.metadata and not is_dataclass(hints[f.name]):
+            raise TypeError(f"{config.__name__}.{f.name} is neither a setting(...) nor a section (a dataclass of "
+                            "settings)")
+        yield f, hints[f.name]
 
 
 def quiet_defaults(declared: list[Param], values: dict[str, Any]) -> set[str]:

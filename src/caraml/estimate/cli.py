@@ -71,7 +71,8 @@ def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
              _row("half-precision weight copies", gib(mem["half_copies_bytes"]),
                   f"{'Megatron' if c.megatron_precision else 'autocast'}'s ({c.precision})"),
              _row("activations", gib(mem["activations_bytes"]),
-                  f"recompute={c.recompute}, compile={c.compile}, sequence_parallel={cfg.parallel.sequence_parallel}"),
+                  f"recompute={cfg.parallel.recompute}, compile={c.compile}, "
+                  f"sequence_parallel={cfg.parallel.sequence_parallel}"),
              _row("loss (logits)", gib(mem["loss_bytes"]), f"fused_loss={c.fused_loss}, at its worst moment"),
              _row("cuBLAS workspace", gib(mem["workspace_bytes"]), "handed out by the CUDA caching allocator"),
              _row("total (peak)", gib(mem["total_bytes"]),

@@ -141,12 +141,12 @@ def memory(cfg, layout: Layout) -> dict:
     accumulated = (grads / 2 if megatron else grads) if b.grad_accumulation > 1 else 0.0
     mb, sp = b.micro_batch_size, par.sequence_parallel and tp > 1
     compiled = c.compiled
-    whole, split = activation_bytes(h, f, m.num_attention_heads, c.precision, c.recompute, compiled,
+    whole, split = activation_bytes(h, f, m.num_attention_heads, c.precision, par.recompute, compiled,
                                     c.hidden_dropout, m.activation)
     per_layer_act = s * mb * ((whole + split) / tp if sp else whole + split / tp)
     in_flight = min(pp, b.grad_accumulation) if pp > 1 else 1
     activations = per_layer_act * (L // pp) * in_flight
-    if c.recompute == "full":  # the one block being rebuilt holds its whole set
+    if par.recompute == "full":  # the one block being rebuilt holds its whole set
         whole, split = activation_bytes(h, f, m.num_attention_heads, c.precision, "none", compiled, c.hidden_dropout,
                                         m.activation)
         activations += s * mb * ((whole + split) / tp if sp else whole + split / tp)
@@ -167,11 +167,11 @@ def memory(cfg, layout: Layout) -> dict:
 
 def communication(cfg, layout: Layout) -> dict:
     """Bytes each device sends per iteration over each kind of link."""
-    m, b, par, c = cfg.model, cfg.batch, cfg.parallel, cfg.compute
+    m, b, par = cfg.model, cfg.batch, cfg.parallel
     h, s, L, tp, pp, dp = m.hidden_size, m.seq_length, m.num_layers, layout.tp, layout.pp, layout.dp
     mb, micro = b.micro_batch_size, b.grad_accumulation
     act = mb * s * h * 2.0  # one micro-batch's residual stream in the half precision
-    per_layer = (4 + (2 if c.recompute == "full" else 0)) * 2 * (tp - 1) / tp * act if tp > 1 else 0.0
+    per_layer = (4 + (2 if par.recompute == "full" else 0)) * 2 * (tp - 1) / tp * act if tp > 1 else 0.0
     tp_bytes = per_layer * (L // pp) * micro
     pp_bytes = 2 * act / (tp if par.sequence_parallel and tp > 1 else 1) * micro if pp > 1 else 0.0
     params = memory(cfg, layout)["parameters_per_device"]
@@ -195,7 +195,7 @@ def estimate(cfg, layout: Layout, profile: dict, efficiency: float) -> dict:
     """The whole estimate of one point on one system: memory, bubble, communication, time, tokens/s."""
     from caraml.workloads.llm_training import sizes
 
-    m, b, c = cfg.model, cfg.batch, cfg.compute
+    m, b, c, par = cfg.model, cfg.batch, cfg.compute, cfg.parallel
     peak_precision = "bf16" if c.precision == "fp8" else c.precision  # fp8: only the block products run in fp8
     peak = (profile.get("peak_tflops") or {}).get(peak_precision)
     tokens = b.global_batch(layout.dp) * m.seq_length
@@ -203,7 +203,7 @@ def estimate(cfg, layout: Layout, profile: dict, efficiency: float) -> dict:
     per_token = sizes.flops_per_token(m.num_layers, m.hidden_size, m.ffn, vocab, m.seq_length, m.activation)
     matmul = sizes.parameter_counts(m.num_layers, m.hidden_size, m.ffn, vocab, 0, "rope", m.activation)["matmul"]
     extra = {"none": 0.0, "selective": 4.0 * m.num_layers * m.hidden_size * m.seq_length,
-             "full": 2.0 * matmul + 4.0 * m.num_layers * m.hidden_size * m.seq_length}[c.recompute]
+             "full": 2.0 * matmul + 4.0 * m.num_layers * m.hidden_size * m.seq_length}[par.recompute]
     flops = tokens * (per_token + extra) / layout.devices
     bub = bubble(layout.pp, b.grad_accumulation)
     compute_s = flops / (peak * 1e12 * efficiency) / (1 - bub) if peak else None
@@ -222,7 +222,7 @@ def estimate(cfg, layout: Layout, profile: dict, efficiency: float) -> dict:
             missing.append(f"{where[group]}_node")
     iteration = compute_s + comm_s if compute_s is not None and not missing else None
     caraml_flops = sizes.caraml_flops_per_iteration(b.global_batch(layout.dp), m.seq_length, m.num_layers,
-                                                    m.hidden_size, vocab, c.recompute != "none", m.activation)
+                                                    m.hidden_size, vocab, par.recompute != "none", m.activation)
     mem = memory(cfg, layout)
     capacity = profile.get("memory_per_device_gb")
     return {"layout": {**asdict(layout), "nodes": layout.nodes}, "memory": mem,

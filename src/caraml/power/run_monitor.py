@@ -35,8 +35,8 @@ class RunMonitor:
         self.sampler: Monitor | None = None
         if self.dist.local_rank != 0:
             return  # one monitor per node: local rank 0's covers all devices of the node
-        check_interval(settings.interval_ms)
-        self.sampler = Monitor(settings.methods, settings.interval_ms,
+        check_interval(settings.power_interval_ms)
+        self.sampler = Monitor(settings.power, settings.power_interval_ms,
                                out_dir=str(runs_dir) if runs_dir else None, name=f"{run_id}.power",
                                profile_methods=(profile or {}).get("power_methods"),
                                idle_baseline_s=settings.idle_baseline_s, phase="setup")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from caraml.params import Param
+from caraml.params import params_of, read_config, setting
 from caraml.power.backends import METHODS  # the registry's names only; no backend module is loaded
 
 
@@ -24,40 +24,30 @@ def _check_methods(value: str) -> str | None:
     return None
 
 
-# How power is sampled never changes what is measured: none of these identifies a configuration.
-POWER_PARAMS = [
-    Param("power", str, "auto", "power measurement: auto (the system's methods the machine has), off, or a comma "
-          "list of " + "|".join(METHODS), check=_check_methods, identifies=False),
-    Param("power_interval_ms", float, 100.0, "power sampling interval in ms", minimum=1.0, identifies=False),
-    Param("idle_baseline_s", float, 0.0, "seconds of idle power sampled before the run (0: none)", minimum=0.0,
-          identifies=False),
-    Param("energy_files", str, "none", "also write the power time series as CARAML does (jpwr's per-node-rank CSVs "
-          "and a combined CSV, beside the record): none or caraml", choices=("none", "caraml"), identifies=False),
-]
-
-_DEFAULTS = {p.name: p.default for p in POWER_PARAMS}
-
-
 @dataclass(frozen=True)
 class PowerSettings:
-    """How `caraml run` measures power, read once from the parameters (`from_params`)."""
+    """How `caraml run` measures power, read once from the parameters (`from_params`). How power is sampled never
+    changes what is measured: none of these identifies a configuration."""
 
-    methods: str = _DEFAULTS["power"]
-    """The `power` parameter as given: "auto" (the system profile's methods), "off", or a comma list of methods."""
-    interval_ms: float = _DEFAULTS["power_interval_ms"]
-    """Sampling interval of the monitor process, ms."""
-    idle_baseline_s: float = _DEFAULTS["idle_baseline_s"]
-    """Seconds of idle power sampled before the run starts (its own "idle" phase); 0: none."""
-    energy_files: str = _DEFAULTS["energy_files"]
-    """Extra files: with "caraml", jpwr-style per-node-rank CSVs and a combined CSV beside the record; "none": none."""
+    # "auto": the system profile's methods
+    power: str = setting("auto", "power measurement: auto (the system's methods the machine has), off, or a comma "
+                         "list of " + "|".join(METHODS), check=_check_methods, identifies=False)
+    power_interval_ms: float = setting(100.0, "power sampling interval in ms", minimum=1.0, identifies=False)
+    # sampled before the run starts, as its own "idle" phase
+    idle_baseline_s: float = setting(0.0, "seconds of idle power sampled before the run (0: none)", minimum=0.0,
+                                     identifies=False)
+    energy_files: str = setting("none", "also write the power time series as CARAML does (jpwr's per-node-rank "
+                                "CSVs and a combined CSV, beside the record): none or caraml",
+                                choices=("none", "caraml"), identifies=False)
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> PowerSettings:
         """From resolved parameters (the declarations' defaults for keys not given)."""
-        v = {name: values.get(name, default) for name, default in _DEFAULTS.items()}
-        return cls(methods=v["power"], interval_ms=v["power_interval_ms"], idle_baseline_s=v["idle_baseline_s"],
-                   energy_files=v["energy_files"])
+        return read_config(cls, values)
 
     @property
     def enabled(self) -> bool:
-        return self.methods != "off"
+        return self.power != "off"
+
+
+POWER_PARAMS = params_of(PowerSettings)

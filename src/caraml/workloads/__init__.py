@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from caraml.errors import BadInput
-from caraml.params import Param
+from caraml.params import Param, params_of, read_config
 
 _REGISTERED: dict[str, "Workload"] = {}
 
@@ -41,17 +41,18 @@ class Col:
 
 @dataclass(frozen=True)
 class Workload:
-    """A workload's declaration: its parameters and how they become its typed config, and the functions that
+    """A workload's declaration: its typed config (which declares its parameters), and the functions that
     check and build it. Everything here is importable without torch; `build` imports what it needs."""
 
     name: str
     unit: str  # what throughput counts, per second: "images", "tokens", "timesteps"
-    params: list[Param]
-    presets: dict[str, dict[str, Any]]
-    build: Callable[..., Any] | None  # (config, RunContext) -> caraml.contract.Bench; None: declared, not built
-    # The typed config: a frozen dataclass with `from_params(values) -> config`, the one reader of the
-    # workload's parameter values. Every function below takes the config, never the flat values.
+    # The typed config: a frozen dataclass whose fields are the workload's parameters (caraml.params.setting),
+    # the one reader of their values: `from_params(values) -> config` where it resolves some (0: the problem's),
+    # else caraml.params.read_config. Every function below takes the config, never the flat values.
     config: Any = None
+    params: list[Param] = None  # params_of(config); given only by a workload without a config class
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    build: Callable[..., Any] | None = None  # (config, RunContext) -> caraml.contract.Bench; None: declared, not built
     check_device: Callable[..., None] | None = None  # (config, device): BadInput if it can't run there
     description: str = ""
     # (config, devices) -> error message or None: launch-shape checks such as tp*pp dividing devices
@@ -64,11 +65,19 @@ class Workload:
     # (config, dims) -> the caraml.kit.torch_features a run of this config on this layout needs; checked at start
     torch_features: Callable[[Any, Any], tuple] | None = None
 
+    def __post_init__(self):
+        if self.config is not None and self.params is not None:
+            raise TypeError(f"workload {self.name}: its config declares its parameters; give config= or params=, "
+                            "not both")
+        if self.params is None:
+            object.__setattr__(self, "params", params_of(self.config) if self.config is not None else [])
+
     def config_of(self, values: dict[str, Any]):
         """The typed config of resolved parameter values (a run's, or a sweep point's)."""
         if self.config is None:  # a workload without a config class gets its own parameters' values, no others
             return {p.name: values[p.name] for p in self.params if p.name in values}
-        return self.config.from_params(values)
+        from_params = getattr(self.config, "from_params", None)
+        return from_params(values) if from_params is not None else read_config(self.config, values)
 
     def parallel_dims(self, config, world: int):
         from caraml.parallel_dims import ParallelDims
@@ -81,7 +90,7 @@ class Workload:
 
     @property
     def headline(self) -> tuple[str, ...]:
-        """The parameters a run names in its first line (Param(headline=True))."""
+        """The parameters a run names in its first line (setting(..., headline=True))."""
         return tuple(p.name for p in self.params if p.headline)
 
 

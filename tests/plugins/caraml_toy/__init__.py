@@ -8,31 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from caraml.params import Param, typed_fields
+from caraml.params import setting
 from caraml.workloads import Col, Workload, register
-
-PARAMS = [
-    Param("batch_size", int, 64, "samples per step per device", minimum=1, headline=True),
-    Param("features", int, 32, "input features of the linear model", minimum=1),
-    Param("precision", str, "fp32", "fp32 or bf16 (autocast)", choices=("fp32", "bf16"), headline=True),
-    Param("lr", float, 0.05, "SGD learning rate", minimum=0.0),
-]
 
 
 @dataclass(frozen=True)
 class ToyConfig:
-    batch_size: int
-    """samples per step per device"""
-    features: int
-    """input features"""
-    precision: str
-    """fp32 or bf16"""
-    lr: float
-    """SGD learning rate"""
+    """Its parameters, each declared once: the field's name, type and default, and what `setting` adds."""
 
-    @classmethod
-    def from_params(cls, values: dict) -> "ToyConfig":
-        return typed_fields(cls, values)
+    batch_size: int = setting(64, "samples per step per device", minimum=1, headline=True)
+    features: int = setting(32, "input features of the linear model", minimum=1)
+    precision: str = setting("fp32", "fp32 or bf16 (autocast)", choices=("fp32", "bf16"), headline=True)
+    lr: float = setting(0.05, "SGD learning rate", minimum=0.0)
 
 
 def build(cfg: ToyConfig, ctx):
@@ -48,7 +35,7 @@ def check_device(cfg: ToyConfig, device) -> None:
 
 
 WORKLOAD = register(Workload(
-    name="toy_regression", unit="samples", params=PARAMS, config=ToyConfig, build=build, check_device=check_device,
+    name="toy_regression", unit="samples", config=ToyConfig, build=build, check_device=check_device,
     presets={"smoke": {"batch_size": 16, "features": 8, "warmup_steps": 2, "measure_steps": 5}},
     description="linear regression on random data (a test of the workload recipe)",
     columns=("system", "devices", Col("batch_size", "BatchSize", "param:batch_size", "int"),

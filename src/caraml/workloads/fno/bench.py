@@ -27,8 +27,8 @@ from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, grad_scaler, matmul_tf32_allowed, precision_in_use
 from caraml.kit.step import backward_and_step
 from caraml.measure.timing import figure_spread
-from caraml.workloads.fno import CARAML_CONFIG_FILES, COMPILE_MODES, files, flops
-from caraml.workloads.fno.config import FNOConfig
+from caraml.workloads.fno import CARAML_CONFIG_FILES, files, flops
+from caraml.workloads.fno.config import COMPILE_MODES, FNOConfig
 from caraml.workloads.fno.model import build_model, count_parameters
 from caraml.workloads.fno.problems import (
     STEP_LR,
@@ -73,7 +73,7 @@ class DeviceData:
     source = "synthetic"
 
     def __init__(self, cfg: FNOConfig, ctx: RunContext, batch: int):
-        pb, self.batch, self.device, world = cfg.problem, batch, ctx.device, ctx.world_size
+        pb, self.batch, self.device, world = cfg.problem_spec, batch, ctx.device, ctx.world_size
         self.spatial = cfg.spatial
         # default: 4 training batches and a validation batch for the epoch runner, else 2 batches to alternate
         wanted = cfg.samples or (5 * batch if cfg.runs_epochs else 2 * batch)
@@ -148,7 +148,7 @@ def _on_every_rank(dist, work):
 class FNOBench:
     def __init__(self, cfg: FNOConfig, ctx: RunContext):
         self.cfg, self.ctx = cfg, ctx
-        self.device, self.dist, self.problem = ctx.device, ctx.dist, cfg.problem
+        self.device, self.dist, self.problem = ctx.device, ctx.dist, cfg.problem_spec
         torch.manual_seed(ctx.seed)  # the same initial weights on every rank
         torch.set_float32_matmul_precision(cfg.matmul_precision)
         self.data = _on_every_rank(ctx.dist, lambda: self._make_data(cfg, ctx))
@@ -184,17 +184,17 @@ class FNOBench:
             return DeviceData(cfg, ctx, batch)
         from caraml.workloads.fno.loader import LoaderData, resolve_source
 
-        return LoaderData(cfg, ctx, resolve_source(cfg.data, cfg.data_path, cfg.problem, ctx.data_root), batch)
+        return LoaderData(cfg, ctx, resolve_source(cfg.data, cfg.data_path, cfg.problem_spec, ctx.data_root), batch)
 
     def _build_model(self) -> None:
         """The operator for the data's grid or particles (checked against the kept modes), its FLOPs counted on the
         meta device, on the device and, with several processes, under DDP."""
         cfg, pb, spatial = self.cfg, self.problem, self.data.spatial
-        misfit = modes_misfit(pb.kind, cfg.modes, spatial)
+        misfit = modes_misfit(pb.kind, cfg.kept_modes, spatial)
         if misfit:
-            raise BadInput(f"fno: {pb.name} with modes={shape_text(cfg.modes)}: {misfit}")
+            raise BadInput(f"fno: {pb.name} with modes={cfg.modes}: {misfit}")
         try:
-            model = build_model(pb, cfg.width, cfg.modes, cfg.layers, complex_weights=cfg.complex_weights,
+            model = build_model(pb, cfg.width, cfg.kept_modes, cfg.layers, complex_weights=cfg.complex_weights,
                                 half_spectral=cfg.complex_mixed_precision, particles=spatial[-1],
                                 nufft_backend=cfg.nufft_backend, dse_layout=cfg.dse_layout)
         except ValueError as exc:  # a PIC2D operator torchkbnufft cannot make at these sizes
@@ -224,7 +224,7 @@ class FNOBench:
         """Per sample, on the meta device (no memory, no compute), with a batch of 2."""
         pb, cfg = self.problem, self.cfg
         y = torch.empty(2, pb.out_channels, *spatial, device="meta")
-        counted = flops.count(lambda: build_model(pb, cfg.width, cfg.modes, cfg.layers, particles=spatial[-1],
+        counted = flops.count(lambda: build_model(pb, cfg.width, cfg.kept_modes, cfg.layers, particles=spatial[-1],
                                                   nufft_backend=cfg.nufft_backend, dse_layout=cfg.dse_layout),
                               lambda: torch.empty(2, pb.in_channels, *spatial), train=cfg.train,
                               loss=lambda out: self.loss(out, y))
@@ -471,7 +471,7 @@ class FNOBench:
             "global_batch_size": data.batch * dp, "dp": dp,
             "caraml_config": CARAML_CONFIG_FILES[pb.name], "caraml_version": cfg.caraml_version,
             "settings": {"problem": pb.name, "kind": pb.kind, "in_channels": pb.in_channels,
-                         "out_channels": pb.out_channels, "width": cfg.width, "modes": list(cfg.modes),
+                         "out_channels": pb.out_channels, "width": cfg.width, "modes": list(cfg.kept_modes),
                          "layers": cfg.layers, "batch_size": data.batch, "lr": cfg.lr,
                          "weight_decay": cfg.weight_decay, "scheduler": pb.scheduler, "loss": pb.loss,
                          **({"pic2d_operator": cfg.pic2d_operator} if pb.name == "PIC2D" else {}),

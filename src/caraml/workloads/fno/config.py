@@ -1,15 +1,17 @@
-"""FNO's typed config: its parameters resolved once, each 0/auto replaced by the problem's (CARAML's) value and
-checked against the problem. `FNOConfig.from_params` is the one reader of the flat parameter values; the Bench,
-the data files and the checks read its fields. No torch here.
+"""FNO's typed config: its fields are the workload's parameters, resolved once, each 0/auto replaced by the
+problem's (CARAML's) value and checked against the problem. `FNOConfig.from_params` is the one reader of the flat
+parameter values; the Bench, the data files and the checks read its fields. No torch here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from caraml.errors import BadInput
+from caraml.params import read_config, setting
 from caraml.workloads.fno.problems import (
+    NAMES,
     PROBLEMS,
     Problem,
     modes_misfit,
@@ -18,74 +20,115 @@ from caraml.workloads.fno.problems import (
     with_operator,
 )
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DATA_PATHS = ("synthetic", "file", "synthetic-host", "auto")
+CARAML_VERSIONS = ("none", "2025.02", "2026.02")
+
+
+def _check_shape(text: str) -> str | None:
+    if text == "auto":
+        return None
+    try:
+        parse_shape(text, "value")
+    except ValueError as exc:
+        if "every size" in str(exc):
+            return "has a size below 1: every size must be a whole number >= 1 (e.g. 12x12), or auto"
+        return "is not 'auto' or whole numbers >= 1 joined by x (e.g. 12x12)"
+    return None
+
 
 @dataclass(frozen=True)
 class FNOConfig:
-    problem: Problem
-    """CARAML's problem (PIC1D, PIC2D, RBC2D, RBC3D): channels, transform, loss, scheduler, data file"""
-    mode: str
-    """train (forward, backward, Adam) or eval (inference, no gradients)"""
-    batch_size: int
-    """samples (timesteps) per device per step (with global_batch_size: 0, the global batch is split)"""
-    global_batch_size: int
-    """samples per step over all data-parallel devices (CARAML's batchSize), split over them; 0: batch_size"""
-    val_batch_size: int
-    """validation samples per device per step in CARAML's epochs; 0: the training batch per device"""
-    width: int
-    """channels of the Fourier layers"""
-    modes: tuple[int, ...]
-    """Fourier modes kept per spatial dimension"""
-    layers: int
-    """Fourier layers"""
-    grid: tuple[int, ...]
-    """the RBC grid of synthetic data; () for the PIC problems (data=file: the file's grid is used)"""
-    particles: int
-    """PIC particles per sample of synthetic data; 0 for the RBC problems"""
-    data: str
-    """synthetic (random tensors made on the device), file (CARAML's HDF5 data set through DataLoaders),
-    synthetic-host (the same loaders over generated arrays) or auto (file where it exists, else synthetic-host)"""
-    workers: int
-    """DataLoader worker processes per device (file, synthetic-host)"""
-    data_path: str
-    """data=file: the HDF5 file or its folder; empty: $CARAML_DATA/<CARAML's file name>"""
-    samples: int
-    """data=synthetic: samples made per device (0: 5 batches with epochs, else 2); data=file: the first this many
-    (0: all); data=synthetic-host: samples made in all (0: 5 global batches)"""
-    epochs: int
-    """mode=train: epochs of CARAML's epoch runner, after the steady-state window; 0: none"""
-    precision: str
-    """fp32 (matmuls as matmul_precision says), fp16 (autocast + GradScaler, CARAML's use_amp) or bf16 (autocast)"""
-    complex_mixed_precision: bool
-    """FFTs and spectral products in fp16 (CARAML's ComplexMixedPrecision; CUDA, power-of-two FFT sizes)"""
-    complex_weights: bool
-    """spectral weights as torch.cfloat with complex einsums (the classic implementation); off: real pairs"""
-    compile: str
-    """none (eager) or inductor (torch.compile)"""
-    compile_mode: str
-    """torch.compile mode for compile=inductor"""
-    compile_scope: str
-    """model, pointwise (FFTs and spectral products left eager), step (the whole train step with Adam) or epoch
-    (step, and CARAML's whole train epoch compiled as its torch.compile(self.train))"""
-    compile_report: bool
-    """CARAML's fno_compile.py table: inference time of eager and each compile mode, and the speedup"""
-    matmul_precision: str
-    """torch.set_float32_matmul_precision (CARAML: high, i.e. TF32 on GPUs)"""
-    lr: float
-    """Adam learning rate"""
-    weight_decay: float
-    """Adam weight decay"""
-    adam_impl: str
-    """Adam kernels: foreach, fused, for-loop"""
-    pic2d_operator: str
-    """PIC2D: caraml (its Kaiser-Bessel NUFFT over the particle index, kX kept) or grid2d (ours, kX x kY on the
-    2D positions); `problem.kind` says which"""
-    nufft_backend: str
-    """how CARAML's PIC2D operator is computed: torchkbnufft (as CARAML) or matrix (the same operator as a dense
-    matrix)"""
-    dse_layout: str
-    """PIC1D's activations: channels-last ([B, P, C], one Vandermonde matrix) or channels-first ([B, C, P], two)"""
-    caraml_version: str
-    """which CARAML configuration the point follows (2025.02, 2026.02), or none"""
+    """One FNO point. Resolved by `from_params`: each 0 and auto holds the problem's value (modes and grid as text,
+    e.g. 12x12; grid empty for the PIC problems), read as `problem_spec`, `kept_modes` and `spatial`."""
+
+    problem: str = setting("RBC2D", "PIC1D, PIC2D (particle-in-cell plasma), RBC2D, RBC3D (Rayleigh-Benard "
+                           "convection)", choices=NAMES, headline=True)
+    mode: str = setting("train", "train (forward, backward, Adam) or eval (inference, no gradients)",
+                        choices=("train", "eval"), headline=True)
+    # resolved: 0 when global_batch_size is given (see `local_batch`)
+    batch_size: int = setting(0, "samples (timesteps) per device per step; 0: the problem's (CARAML's) batch size",
+                              minimum=0, headline=True)
+    global_batch_size: int = setting(0, "samples per step over all data-parallel devices, split over them as "
+                                     "CARAML's batchSize (20 on 4 devices: 5 each); 0: batch_size per device",
+                                     minimum=0, headline=True)
+    val_batch_size: int = setting(0, "validation samples per device per step in CARAML's epochs (CARAML 2026.02: "
+                                  "1); 0: the training batch per device", minimum=0)
+    width: int = setting(0, "channels of the Fourier layers; 0: the problem's width", minimum=0)
+    modes: str = setting("auto", "Fourier modes kept per dim, e.g. 12x12 or 12x12x6; auto: the problem's",
+                         check=_check_shape)
+    layers: int = setting(0, "Fourier layers; 0: the problem's", minimum=0)
+    grid: str = setting("auto", "RBC grid of synthetic data, e.g. 256x64; auto: the problem's (data=file: the "
+                        "file's)", check=_check_shape)
+    particles: int = setting(0, "PIC particles per sample of synthetic data; 0: the problem's 100000", minimum=0)
+    data: str = setting("synthetic", "synthetic (random tensors made on the device: the model alone), file "
+                        "(CARAML's HDF5 data set through CARAML's DataLoaders, every batch copied host -> device; "
+                        "make one with `caraml data fno-synthetic`), synthetic-host (the same loaders over arrays "
+                        "generated on the host), auto (file where it exists, else synthetic-host)", choices=DATA_PATHS,
+                        headline=True)
+    workers: int = setting(4, "DataLoader worker processes per device for data=file|synthetic-host (CARAML's "
+                           "getDataLoaders: 4)", minimum=0)
+    data_path: str = setting("", "data=file: the HDF5 file or its folder; empty: $CARAML_DATA/<CARAML's file name>")
+    samples: int = setting(0, "data=synthetic: samples made per device (0: 5 batches, 4 train + 1 validation); "
+                           "data=file: the first this many samples of the file (0: all); data=synthetic-host: samples "
+                           "made in all (0: 5 global batches)", minimum=0)
+    epochs: int = setting(5, "mode=train: epochs of CARAML's epoch runner (Timesteps/s, first epoch left out), run "
+                          "after the steady-state measurement; 0: none", minimum=0)
+    precision: str = setting("fp32", "fp32 (matmuls as matmul_precision says), fp16 (autocast + GradScaler, "
+                             "CARAML's use_amp), bf16 (autocast); formerly amp=off|fp16|bf16",
+                             choices=("fp32", "fp16", "bf16"), headline=True, aliases=("amp",),
+                             value_aliases=(("off", "fp32"),))
+    complex_mixed_precision: bool = setting(False, "FFTs and spectral products in fp16 (CARAML's "
+                                            "ComplexMixedPrecision; CUDA, power-of-two FFT sizes)")
+    complex_weights: bool = setting(False, "keep spectral weights as torch.cfloat with complex einsums (the classic "
+                                    "implementation, for comparison); off: real weights and real matmuls (compiles)")
+    compile: str = setting("none", "none (eager) or inductor (torch.compile)", choices=("none", "inductor"),
+                           headline=True)
+    # reduce-overhead by default: an FNO step is hundreds of small kernels, and CUDA graphs replay them as one
+    # (RBC2D training on an H200: 2.5x eager, where mode default gave 1.06x). CARAML's suite names its modes.
+    compile_mode: str = setting("reduce-overhead", "torch.compile mode for compile=inductor (reduce-overhead: CUDA "
+                                "graphs)", choices=COMPILE_MODES, headline=True)
+    compile_scope: str = setting("model", "model (the whole operator, FFTs included), pointwise (FFTs and spectral "
+                                 "products left eager), step (the whole train step with Adam), epoch (step, and "
+                                 "CARAML's whole train epoch as its torch.compile(self.train))",
+                                 choices=("model", "pointwise", "step", "epoch"))
+    compile_report: bool = setting(False, "CARAML's fno_compile.py table in the record: inference time of eager and "
+                                   "each compile mode (5 iterations, mean of 2-4) and the speedup, after the "
+                                   "steady-state measurement")
+    matmul_precision: str = setting("high", "torch.set_float32_matmul_precision (CARAML: high, i.e. TF32 on GPUs)",
+                                    choices=("highest", "high", "medium"))
+    lr: float = setting(0.0, "Adam learning rate; 0: the problem's (PIC 1e-3, RBC 1e-4)", minimum=0.0)
+    weight_decay: float = setting(1e-5, "Adam weight decay", minimum=0.0)
+    adam_impl: str = setting("foreach", "Adam kernels: foreach (PyTorch's default), fused, for-loop",
+                             choices=("foreach", "fused", "for-loop"))
+    # `problem_spec.kind` says which
+    pic2d_operator: str = setting("caraml", "PIC2D only: caraml (CARAML's Kaiser-Bessel NUFFT over the particle "
+                                  "index, torchkbnufft, kX modes kept, kY unused) or grid2d (ours before: a 2D "
+                                  "Kaiser-Bessel NUFFT of the positions, kX x kY kept)", choices=("caraml", "grid2d"))
+    nufft_backend: str = setting("torchkbnufft", "PIC2D's CARAML operator computed by torchkbnufft (as CARAML) or as "
+                                 "matrix (torchkbnufft's operator at the kept modes, taken once as a dense matrix: the "
+                                 "same results, float64 matmuls whatever TF32 says)",
+                                 choices=("torchkbnufft", "matrix"))
+    # the same operator in either layout (to rounding); added later: at its default, ids stay as before
+    dse_layout: str = setting("channels-last", "PIC1D only: its activations as [B, P, C] with one Vandermonde matrix "
+                              "per batch for both transforms (channels-last: no layout copies in the pointwise layers) "
+                              "or as [B, C, P] with a forward and an inverse matrix (channels-first, CARAML's Conv1d "
+                              "layout, the implementation before); the same results to float rounding",
+                              choices=("channels-last", "channels-first"), identifies_at_default=False)
+    caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
+                                  "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and "
+                                  "fp16, compiled training) or 2026.02 (batch 4, validation batch 1, fp32, eager); "
+                                  "none: not one of CARAML's", choices=CARAML_VERSIONS)
+
+    @property
+    def problem_spec(self) -> Problem:
+        """CARAML's problem as the PIC2D operator chosen makes it: channels, transform, loss, scheduler, data file."""
+        return with_operator(PROBLEMS[self.problem], self.pic2d_operator)
+
+    @property
+    def kept_modes(self) -> tuple[int, ...]:
+        """The Fourier modes kept per spatial dimension."""
+        return parse_shape(self.modes, "modes")
 
     @property
     def train(self) -> bool:
@@ -121,7 +164,7 @@ class FNOConfig:
     @property
     def spatial(self) -> tuple[int, ...]:
         """The trailing shape of a synthetic sample: the grid, or (particles,)."""
-        return self.grid or (self.particles,)
+        return parse_shape(self.grid, "grid") if self.grid else (self.particles,)
 
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> FNOConfig:
@@ -144,10 +187,10 @@ class FNOConfig:
                            f"{values['global_batch_size']} (split over the devices) both given; give one of them "
                            "(after a preset that sets batch_size, add batch_size=0)")
         batch = 0 if values["global_batch_size"] else values["batch_size"] or pb.batch_size
-        resolved = {"problem": pb, "batch_size": batch,
-                    "width": values["width"] or pb.width, "modes": modes, "layers": values["layers"] or pb.layers,
-                    "grid": grid if pb.kind == "grid" else (), "particles": particles, "lr": values["lr"] or pb.lr}
-        return cls(**{f.name: resolved[f.name] if f.name in resolved else values[f.name] for f in fields(cls)})
+        resolved = {"batch_size": batch, "width": values["width"] or pb.width, "modes": shape_text(modes),
+                    "layers": values["layers"] or pb.layers, "grid": shape_text(grid) if pb.kind == "grid" else "",
+                    "particles": particles, "lr": values["lr"] or pb.lr}
+        return read_config(cls, {**values, **resolved})
 
 
 def _shapes(values: dict[str, Any], pb: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:

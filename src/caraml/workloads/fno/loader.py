@@ -93,7 +93,7 @@ class LoaderData:
     """This rank's loaders over the global training and validation subsets; batches arrive on the device."""
 
     def __init__(self, cfg, ctx, source: str, batch: int):
-        pb, world = cfg.problem, ctx.world_size
+        pb, world = cfg.problem_spec, ctx.world_size
         self.source, self.batch, self.device = source, batch, ctx.device
         self.path = None
         if source == "file":
@@ -128,7 +128,7 @@ class LoaderData:
         self._epoch, self._steady = 0, None
 
     def _open_file(self, cfg, ctx) -> Dataset:
-        pb = cfg.problem
+        pb = cfg.problem_spec
         path = files.resolve_path(cfg.data_path, pb, ctx.data_root)
         with files.DataFile(path, pb) as data:  # layout, dtypes and the first sample checked here
             got = data.describe()

@@ -7,106 +7,20 @@ time, mean after the warm-up epochs, run as the harness's extra phase and stoppa
 reported apart as `caraml_images_per_s`. With `backend=poptorch` the same workload runs on Graphcore IPUs
 (CARAML's GC200 runs; ipu.py).
 
-Declaring the workload imports no torch: the typed config is config.py; the Bench (bench.py), the torchvision
-model (model.py), its stem on padded channels (stem.py), the FLOP count (flops.py), the epochs (epochs.py), the
-PopTorch Bench (ipu.py) and the synthetic host data (synthetic.py) are loaded by `build`.
+Declaring the workload imports no torch: its parameters are the fields of its typed config (config.py); the Bench
+(bench.py), the torchvision model (model.py), its stem on padded channels (stem.py), the FLOP count (flops.py),
+the epochs (epochs.py), the PopTorch Bench (ipu.py) and the synthetic host data (synthetic.py) are loaded by
+`build`.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from caraml.errors import BadInput
 from caraml.kit import torch_features as tf
 from caraml.kit.compile import TORCH_COMPILERS
-from caraml.kit.optim import KERNELS
 from caraml.kit.precision import HALF
-from caraml.params import Param
 from caraml.workloads import Col, Workload, register
-from caraml.workloads.image_classification.config import (
-    BACKENDS,
-    COMPILE_MODES,
-    COMPILE_SCOPES,
-    COMPILERS,
-    CONVENTIONS,
-    DATA,
-    IPU_PRECISIONS,
-    PRECISIONS,
-    ClassificationConfig,
-    check_combination,
-)
-
-
-@lru_cache(maxsize=1)
-def classification_models() -> tuple[str, ...]:
-    import torchvision
-
-    return tuple(torchvision.models.list_models(module=torchvision.models))
-
-
-def _check_model(name: str) -> str | None:
-    known = classification_models()
-    if name in known:
-        return None
-    return "is not a torchvision classification model; choose one of: " + ", ".join(known)
-
-
-def _check_stem_pad(channels: int) -> str | None:
-    return None if channels == 0 or channels > 3 else "must be 0 (off) or more than the images' 3 channels"
-
-
-PARAMS = [
-    Param("model", str, "resnet50", "torchvision classification model", check=_check_model, headline=True),
-    Param("image_size", int, 224, "height and width of the square input images", minimum=16, headline=True),
-    Param("num_classes", int, 1000, "classifier outputs", minimum=2),
-    Param("batch_size", int, 64, "images per device per step (poptorch: per replica per micro-batch)", minimum=1,
-          headline=True),
-    Param("precision", str, "fp32", "fp32, tf32 (matmul/conv in TF32), fp16 (autocast+GradScaler), bf16 (autocast); "
-          "IPU (backend=poptorch): 16.16, 16.32, 32.32 (model.partials)", choices=PRECISIONS + IPU_PRECISIONS,
-          headline=True),
-    Param("compile", str, "none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS,
-          headline=True),
-    Param("compile_mode", str, "default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES,
-          headline=True),
-    Param("compile_scope", str, "model", "compile the model, or the whole train step", choices=COMPILE_SCOPES),
-    Param("channels_last", bool, False, "NHWC memory format for model and inputs", headline=True),
-    Param("data", str, "synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",
-          choices=DATA, headline=True),
-    Param("workers", int, 4, "DataLoader worker processes for data=synthetic-host", minimum=0),
-    Param("cudnn_benchmark", bool, True, "let cuDNN pick the fastest convolution algorithms (warm-up)"),
-    Param("lr", float, 0.1, "SGD learning rate", minimum=0.0),
-    Param("momentum", float, 0.9, "SGD momentum", minimum=0.0),
-    Param("weight_decay", float, 1e-4, "SGD weight decay", minimum=0.0),
-    Param("sgd_impl", str, "foreach", "SGD kernels: foreach (PyTorch's default), fused (one kernel), for-loop",
-          choices=KERNELS),
-    Param("channels_last_inputs", bool, True, "with channels_last: convert the input batches too (CARAML converts "
-          "only the model)"),
-    Param("grad_scaler", str, "fp16", "gradient scaling: fp16 (fp16 only, PyTorch's defaults) or caraml (fp16 and "
-          "bf16, initial scale 1, growth every 100 steps, as CARAML)", choices=("fp16", "caraml")),
-    Param("cudnn_tf32", str, "auto", "TF32 convolutions on NVIDIA GPUs: auto (with precision=tf32 only) or on "
-          "(PyTorch's default, kept by CARAML: its fp32 runs convolve in TF32)", choices=("auto", "on")),
-    Param("convention", str, "steady", "steady: our steady-state images/s; caraml-epochs: also CARAML's epochs "
-          "(FakeData, train + validation, images/s = dataset_size / epoch time) as caraml_images_per_s",
-          choices=CONVENTIONS),
-    Param("epochs", int, 100, "caraml-epochs: measured epochs", minimum=1),
-    Param("warmup_epochs", int, 5, "caraml-epochs: epochs before the measured ones, not counted", minimum=0),
-    Param("dataset_size", int, 10000, "caraml-epochs: FakeData images (train + validation)", minimum=2),
-    Param("val_split", float, 0.1, "caraml-epochs: fraction of the images held out for validation", minimum=0.0,
-          check=lambda v: None if v < 1 else "must be below 1 (a fraction of the data set)"),
-    Param("lr_step_epochs", int, 10, "caraml-epochs: StepLR period in epochs (0: constant learning rate)",
-          minimum=0),
-    Param("lr_gamma", float, 0.1, "caraml-epochs: StepLR factor", minimum=0.0),
-    Param("backend", str, "torch", "torch, or poptorch (Graphcore IPUs through PopTorch, as CARAML's GC200 runs)",
-          choices=BACKENDS),
-    Param("replicas", int, 1, "poptorch: model replicas over the IPUs (data parallel inside one process)",
-          minimum=1),
-    Param("grad_accumulation", int, 1, "poptorch: micro-batches accumulated per weight update (the LLM's name; "
-          "gradient_accumulation still accepted)", minimum=1, aliases=("gradient_accumulation",)),
-    Param("stem_pad_channels", int, 0, "the stem convolution on its input padded with zero channels up to this "
-          "count, its weight with zero input channels (the same math; 8: bf16 NHWC as cuDNN's tensor-core kernels "
-          "take it, without cuDNN's own padding); 0: off", minimum=0, check=_check_stem_pad,
-          identifies_at_default=False),
-]
+from caraml.workloads.image_classification.config import ClassificationConfig, check_combination
 
 PRESETS = {
     # Small enough to finish in well under a minute on two CPU cores.
@@ -175,7 +89,6 @@ def build(cfg: ClassificationConfig, ctx):
 WORKLOAD = register(Workload(
     name="image_classification",
     unit="images",
-    params=PARAMS,
     presets=PRESETS,
     build=build,
     config=ClassificationConfig,

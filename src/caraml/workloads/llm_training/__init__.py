@@ -1,9 +1,9 @@
 """GPT pre-training, Megatron's recipe in plain PyTorch (CARAML's llm_training): tensor, pipeline and data
 parallelism, sequence parallelism, activation recompute, fp16/bf16 with fp32 master weights.
 
-This module only declares the workload (parameters, presets, layout checks, result columns) and imports
-no torch; the parameters resolve into the typed `TrainingConfig` of config.py (torch-free too), which every
-function here and the bench read. model.py, parallel.py and bench.py are loaded when a run builds
+This module only declares the workload (presets, layout checks, result columns) and imports no torch; its
+parameters are the fields of the typed `TrainingConfig` of config.py (torch-free too), which every function here
+and the bench read. model.py, parallel.py and bench.py are loaded when a run builds
 the benchmark.
 """
 
@@ -11,120 +11,9 @@ from __future__ import annotations
 
 from caraml.errors import BadInput
 from caraml.kit import torch_features as tf
-from caraml.params import Param
 from caraml.workloads import Col, Workload, register
-from caraml.workloads.llm_training import backend, caraml_log, ipu
-from caraml.workloads.llm_training.config import CARAML_CONFIGS, DISTRIBUTED_OPTIMIZERS, TrainingConfig
-from caraml.workloads.llm_training.fp8 import RECIPES as FP8_RECIPES
-
-COMPILERS = ("none", "inductor")
-# the former boolean distributed_optimizer: on meant FSDP2
-_ON_OFF_FSDP = tuple((v, "fsdp") for v in ("true", "on", "yes", "1")) + tuple((v, "off") for v in
-                                                                                ("false", "no", "0"))
-
-PARAMS = [
-    Param("model_size", str, "800M", "label of the model shape (CARAML's 800M, 13B, 175B; 117M GPT-2; smoke): a named "
-          "size has its preset's layers, width, heads and MLP width; custom for any other shape",
-          choices=("smoke", "117M", "800M", "13B", "175B", "custom")),
-    Param("num_layers", int, 16, "transformer layers", minimum=1),
-    Param("hidden_size", int, 2048, "model width", minimum=1),
-    Param("num_attention_heads", int, 16, "attention heads", minimum=1),
-    Param("ffn_hidden_size", int, 0, "MLP width (0: 4 x hidden_size)", minimum=0),
-    Param("seq_length", int, 2048, "tokens per sample", minimum=1),
-    Param("max_position_embeddings", int, 2048, "positions the model knows (>= seq_length)", minimum=1),
-    Param("vocab_size", int, 50257, "vocabulary (GPT-2's); padded to a multiple of 128 x tp as Megatron does",
-          minimum=2),
-    Param("position", str, "rope", "rope (rotary, CARAML's) or learned absolute position embeddings",
-          choices=("rope", "learned")),
-    Param("activation", str, "gelu", "MLP activation: gelu, or swiglu (gated)", choices=("gelu", "swiglu")),
-    Param("init_std", float, 0.0048, "standard deviation of the initial weights (CARAML's 0.0048)", minimum=0.0),
-    Param("micro_batch_size", int, 4, "samples per forward/backward on one replica", minimum=1),
-    Param("grad_accumulation", int, 1, "micro-batches per iteration on each replica (the pipeline's micro-batches)",
-          minimum=1),
-    Param("global_batch_size", int, 0, "samples per iteration over all replicas: dp x micro_batch_size x "
-          "grad_accumulation; 0 derives it, a given value must equal it", minimum=0),
-    Param("tp", int, 1, "tensor-parallel size", minimum=1),
-    Param("pp", int, 1, "pipeline-parallel size (1F1B schedule over the micro-batches)", minimum=1),
-    Param("sequence_parallel", bool, True, "norms and residuals on sequence shards (takes effect with tp > 1)"),
-    Param("loss_parallel", bool, True, "cross-entropy on vocabulary-sharded logits (takes effect with tp > 1)"),
-    Param("recompute", str, "selective", "activation recompute: none, selective (the attention core), full "
-          "(each block)", choices=("none", "selective", "full")),
-    Param("distributed_optimizer", str, "fsdp", "zero1: Megatron's distributed optimizer (CARAML's), optimizer "
-          "state sharded over the data-parallel replicas, gradients all-reduced; fsdp: FSDP2, parameters, gradients "
-          "and optimizer state sharded; off: DDP (all-reduce of gradients), every replica steps everything",
-          choices=DISTRIBUTED_OPTIMIZERS, value_aliases=_ON_OFF_FSDP, id_values=(("fsdp", True), ("off", False))),
-    Param("precision", str, "bf16", "fp32, fp16 (dynamic loss scale), bf16, or fp8 (the blocks' linear layers in "
-          "float8 by torchao, the rest bf16; sm_89+); mixed_precision says how the half precision is used",
-          choices=("fp32", "fp16", "bf16", "fp8"), headline=True),
-    Param("fp8_recipe", str, "tensorwise", "precision=fp8: torchao's scaling recipe (tensorwise: one scale per "
-          "tensor; rowwise; rowwise_with_gw_hp: the weight gradient in bf16)", choices=FP8_RECIPES,
-          identifies_at_default=False),
-    Param("fp8_fast_accum", bool, False, "precision=fp8: fast accumulation in the backward float8 products too "
-          "(torchao's recipes use it in the forward product only): faster, gradients rounded more coarsely",
-          identifies_at_default=False),
-    Param("fused_loss", str, "none", "output layer + cross-entropy without holding the logits: chunked (PyTorch), "
-          "liger (liger-kernel where it imports, else chunked, named in the record); tp = pp = 1",
-          choices=("none", "chunked", "liger"), identifies_at_default=False),
-    Param("gelu_epilogue", bool, False, "the MLP's first product with bias + GELU as one cuBLASLt epilogue (tanh "
-          "GELU on CUDA); backward recomputes the pre-activation", identifies_at_default=False),
-    Param("fused_norm_residual", bool, False, "residual add + the MLP's LayerNorm as one autograd node",
-          identifies_at_default=False),
-    Param("mixed_precision", str, "autocast", "how fp16/bf16 train: megatron (Megatron's, CARAML's: parameters in "
-          "the half precision, fp32 main copies in the optimizer) or autocast (fp32 parameters under autocast)",
-          choices=("megatron", "autocast"), identifies_at_default=False),
-    Param("attention_dropout", float, 0.0, "dropout on the attention probabilities (SDPA's dropout_p; Megatron's "
-          "default and CARAML's 0.1)", minimum=0.0, identifies_at_default=False),
-    Param("hidden_dropout", float, 0.0, "dropout on the embeddings and on each block's attention and MLP outputs "
-          "(Megatron's default and CARAML's 0.1)", minimum=0.0, identifies_at_default=False),
-    Param("compile", str, "none", "none, or inductor: torch.compile the model (compile_scope says what is one "
-          "graph)", choices=COMPILERS, headline=True,
-          value_aliases=(("on", "inductor"), ("true", "inductor"), ("off", "none"), ("false", "none"))),
-    Param("attention", str, "auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
-          choices=("auto", "cudnn", "flash", "efficient", "math")),
-    Param("compile_scope", str, "model", "model: forward and loss as one graph (head and cross-entropy fused), "
-          "where tp = pp = 1; block: each transformer block on its own (any layout; the fallback)",
-          choices=("model", "block")),
-    Param("data", str, "synthetic", "synthetic tokens made on the device, or oscar (a Megatron .bin/.idx)",
-          choices=("synthetic", "oscar"), headline=True),
-    Param("data_path", str, "", "data=oscar: prefix of the .bin/.idx (default: $CARAML_DATA/oscar_text_document)"),
-    Param("lr", float, 1e-4, "peak learning rate (AdamW, betas 0.9/0.999, eps 1e-8)", minimum=0.0),
-    Param("min_lr", float, 1e-5, "learning rate at the end of the cosine decay", minimum=0.0),
-    Param("lr_warmup_samples", int, 216_320, "linear warm-up, in samples", minimum=0),
-    Param("lr_decay_samples", int, 128_953_125, "cosine decay to min_lr, in samples", minimum=1),
-    Param("weight_decay", float, 0.1, "AdamW weight decay (not on biases and norms)", minimum=0.0),
-    Param("clip_grad", float, 1.0, "clip gradients to this global norm (0: off)", minimum=0.0),
-    Param("backend", str, "native", "native (this package's model and loop, on GPUs and CPUs), megatron-core "
-          "(CARAML's engine: Megatron's GPTModel, optimizer and schedules; " + backend.INSTALL + ") or poptorch "
-          "(Graphcore IPUs through PopTorch, as CARAML's GC200 runs: one process, the blocks pipelined over the IPUs "
-          "of a replica)", choices=backend.BACKENDS, headline=True, identifies_at_default=False),
-    Param("megatron_spec", str, "auto", "backend=megatron-core's layers: te (Transformer Engine), local "
-          "(megatron-core's own), auto (te where transformer_engine imports)", choices=backend.SPECS,
-          identifies_at_default=False),
-    Param("replicas", int, 1, "poptorch: model replicas (data parallel inside one process; CARAML's 1)", minimum=1,
-          identifies_at_default=False),
-    Param("ipus_per_replica", int, ipu.CARAML_IPU["ipus_per_replica"], "poptorch: IPUs of one replica (CARAML's 4)",
-          minimum=1, identifies_at_default=False),
-    Param("layers_per_ipu", str, ipu.CARAML_IPU["layers_per_ipu"], "poptorch: transformer blocks on each IPU of a "
-          "replica (CARAML's \"0 4 4 4\": the embedding alone on IPU 0)", identifies_at_default=False),
-    Param("device_iterations", int, ipu.CARAML_IPU["device_iterations"], "poptorch: optimizer steps per host call "
-          "(CARAML's 4: 4 x 128 samples per step)", minimum=1, identifies_at_default=False),
-    Param("lr_warmup_fraction", float, ipu.CARAML_IPU["lr_warmup_fraction"], "poptorch: linear warm-up over this "
-          "fraction of the updates in lr_decay_samples, then cosine to 0 (Graphcore's --lr-warmup; CARAML's 0.01)",
-          minimum=0.0, identifies_at_default=False),
-    Param("caraml_config", str, "none", "which of CARAML's configurations this point reproduces, by CARAML's "
-          "version: 2024 (2024.01, behind the published figures: 800M with 8 heads, exit after 30 min), 2025 "
-          "(2025.01 newest, JUPITER/MI300A: 16 heads, 60 min); none", choices=CARAML_CONFIGS,
-          identifies_at_default=False),
-    Param("convention", str, "steady", "steady: our steady-state tokens/s; caraml-log: also CARAML's figure, "
-          "training on after the steady window until exit_minutes, tokens/s = global batch x seq / mean time per "
-          "iteration of every caraml_log_interval iterations of the whole run", choices=caraml_log.CONVENTIONS,
-          identifies_at_default=False),
-    Param("caraml_log_interval", int, caraml_log.LOG_INTERVAL, "caraml-log: iterations per logged interval (Megatron's "
-          "--log-interval; CARAML's 5)", minimum=1, identifies_at_default=False),
-    Param("exit_minutes", float, 0.0, "caraml-log: stop training this many minutes after it started (Megatron's "
-          "--exit-duration-in-mins); 0: CARAML's of caraml_config (2024: 30, 2025 and none: 60)", minimum=0.0,
-          identifies_at_default=False),
-]
+from caraml.workloads.llm_training import backend, ipu
+from caraml.workloads.llm_training.config import ModelShape, TrainingConfig
 
 # CARAML's runs: Megatron with rope, selective recompute, sequence parallelism, its distributed optimizer (ZeRO-1),
 # fp16/bf16 as Megatron keeps them (half-precision parameters, fp32 main copies), Megatron's default dropout, seed 42.
@@ -280,11 +169,11 @@ def named_shape(model_size: str) -> dict[str, int] | None:
 def named_shapes(model_size: str) -> list[dict[str, int]]:
     """Every shape a named model_size stands for: that of each preset labelled so (800M: CARAML's 16 heads, and
     its 2024 configuration's 8); empty for custom."""
-    out = []
+    out, default = [], ModelShape()
     for preset in PRESETS.values():
         if preset.get("model_size") != model_size:
             continue
-        shape = {k: preset.get(k, next(p.default for p in PARAMS if p.name == k)) for k in SIZE_FIELDS}
+        shape = {k: preset.get(k, getattr(default, k)) for k in SIZE_FIELDS}
         shape["ffn_hidden_size"] = shape["ffn_hidden_size"] or 4 * shape["hidden_size"]
         if shape not in out:
             out.append(shape)
@@ -348,10 +237,10 @@ def check_device(cfg: TrainingConfig, device) -> None:
         fp8.check(device)
     check_precision(cfg.compute.precision, device)
     backend.check_installed(cfg, device)
-    if cfg.data.source == "oscar":
+    if cfg.dataset.data == "oscar":
         from caraml.workloads.llm_training.data import check_indexed
 
-        check_indexed(cfg.data, os.environ.get("CARAML_DATA"), cfg.model.vocab_size)
+        check_indexed(cfg.dataset, os.environ.get("CARAML_DATA"), cfg.model.vocab_size)
 
 
 def torch_features(cfg: TrainingConfig, dims) -> tuple:
@@ -376,7 +265,7 @@ def build(cfg: TrainingConfig, ctx):
 
 
 WORKLOAD = register(Workload(
-    name="llm_training", unit="tokens", params=PARAMS, presets=PRESETS, build=build, config=TrainingConfig,
+    name="llm_training", unit="tokens", presets=PRESETS, build=build, config=TrainingConfig,
     check_device=check_device, check_launch=layout_problem, dims=dims, torch_features=torch_features,
     description="GPT pre-training, Megatron's recipe in PyTorch (tensor, pipeline, data parallel)",
     # CARAML's columns (its jube result's, in its order), then ours (MFU, Tokens/Wh, ...). CARAML's headers carry

@@ -377,7 +377,7 @@ class GPTBench:
                     "tail_mean": sum(tail) / len(tail), "tail_steps": len(tail)}
         vocab = self.sizes["padded_vocab_size"]
         caraml_flops = sizes.caraml_flops_per_iteration(self.global_batch, model.seq_length, model.num_layers,
-                                                        model.hidden_size, vocab, self.cfg.compute.recompute != "none",
+                                                        model.hidden_size, vocab, self.cfg.parallel.recompute != "none",
                                                         model.activation)
         out = (self._caraml_log(caraml_flops) if self.cfg.caraml.logs else  # convention=steady: none of CARAML's
                dict.fromkeys(("caraml_tokens_per_s", "caraml_time_per_iteration_s", "caraml_tflops_per_device",
@@ -388,7 +388,7 @@ class GPTBench:
             "caraml_config": self.cfg.caraml.caraml_config,
             "model": "GPT",
             "ipu": None,  # backend=poptorch's layout (ipu.py)
-            "dataset": "OSCAR" if self.cfg.data.source == "oscar" else "synthetic",
+            "dataset": "OSCAR" if self.cfg.dataset.data == "oscar" else "synthetic",
             # CARAML's time_to_report_in_seconds: 20M tokens at its Tokens/second (caraml-log only)
             "time_to_report_s": (out["caraml_log"] or {}).get("time_to_report_s"),
             "precision_mechanism": self.cfg.compute.mechanism,

@@ -117,12 +117,12 @@ def dataset_prefix(data: DataConfig, data_root: str | None) -> str:
     oscar_text_document there by default."""
     from caraml.data.megatron import locate
 
-    return str(locate(data.path or "oscar_text_document", data_root))
+    return str(locate(data.data_path or "oscar_text_document", data_root))
 
 
 def make(cfg: TrainingConfig, global_batch: int, dp_rank: int, device: torch.device, seed: int,
          data_root: str | None):
-    """This replica's token batches of the data source `cfg.data` names."""
-    if cfg.data.source == "synthetic":
+    """This replica's token batches of the data source `cfg.dataset` names."""
+    if cfg.dataset.data == "synthetic":
         return SyntheticTokens(cfg, global_batch, dp_rank, device, seed)
-    return IndexedTokens(cfg, dataset_prefix(cfg.data, data_root), global_batch, dp_rank, device, seed)
+    return IndexedTokens(cfg, dataset_prefix(cfg.dataset, data_root), global_batch, dp_rank, device, seed)

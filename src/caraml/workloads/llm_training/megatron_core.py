@@ -213,11 +213,11 @@ class MegatronBench(GPTBench):
         bias-dropout-add always; softmax, rope and weight-gradient fusions with Transformer Engine)."""
         from megatron.core.transformer.transformer_config import TransformerConfig
 
-        m, c, precision = self.model_cfg, self.cfg.compute, self.cfg.compute.precision
+        m, par, precision = self.model_cfg, self.cfg.parallel, self.cfg.compute.precision
         te = self.spec == "te"
         recompute = {"none": {}, "selective": {"recompute_granularity": "selective"},
                      "full": {"recompute_granularity": "full", "recompute_method": "uniform",
-                              "recompute_num_layers": 1}}[c.recompute]
+                              "recompute_num_layers": 1}}[par.recompute]
         dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
         return TransformerConfig(
             num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,

@@ -57,7 +57,7 @@ class GPTConfig:
         return cls(num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_attention_heads,
                    ffn_hidden_size=m.ffn, seq_length=m.seq_length, max_positions=m.max_position_embeddings,
                    vocab_size=m.padded_vocab(tp), position=m.position, activation=m.activation,
-                   init_std=m.init_std, recompute=cfg.compute.recompute,
+                   init_std=m.init_std, recompute=cfg.parallel.recompute,
                    attention_dropout=cfg.compute.attention_dropout, hidden_dropout=cfg.compute.hidden_dropout)
 
 
