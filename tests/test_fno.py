@@ -281,6 +281,30 @@ def test_compile_report_asks_to_stop_at_every_iteration():
     bench.close()
 
 
+def test_compile_report_rows_time_iterations_3_to_5_and_speed_up_over_eager():
+    """Iterations timed by a fake (torch.compile is lazy: nothing compiles): eager 4 s, each mode 1 s after a
+    slow first call, so every compiled row is 4x eager and the mean leaves the first two iterations out."""
+    from caraml.workloads.fno import COMPILE_MODES
+
+    bench = _smoke_bench(mode="eval", compile_report="on")
+    timed = {False: [9.0, 8.0, 3.0, 4.0, 5.0], True: [60.0, 7.0, 0.5, 1.0, 1.5]}
+    calls = {False: 0, True: 0}
+
+    def iteration(fn, x, compiled):
+        calls[compiled] += 1
+        return timed[compiled][(calls[compiled] - 1) % 5]
+
+    bench._report_iteration = iteration
+    bench.run_extra(lambda: False)
+    rows = bench.compile_report["rows"]
+    assert [r["mode"] for r in rows] == ["eager", *COMPILE_MODES]
+    assert rows[0]["time_s"] == pytest.approx(4.0) and rows[0]["first_s"] == 9.0 and rows[0]["speedup"] == 1.0
+    for row in rows[1:]:
+        assert row["time_s"] == pytest.approx(1.0) and row["first_s"] == 60.0
+        assert row["speedup"] == pytest.approx(4.0)  # eager's time over the mode's: faster is above 1
+    bench.close()
+
+
 class _Stderr:
     """A run's stderr, read on a thread, so that a test waits for a line (an event) with a deadline."""
 
