@@ -239,3 +239,26 @@ def test_bad_input_found_while_building_still_ends_the_events_file(tmp_path):
     (events,) = (tmp_path / "runs").glob("*.events.jsonl")
     last = json.loads(events.read_text().splitlines()[-1])
     assert (last["key"], last["value"]) == ("run_stop", "error")
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_interval_rates_count_every_replica_and_tflops_per_device_of_the_whole_world(fmt):
+    """dp = 2 replicas of tp = 2 (4 devices): 8 tokens per replica step, 0.5 s a step: 32 tokens/s in all;
+    1 TFLOP per token over 4 devices: 8 TFLOP/s each, half of a 16 TFLOP/s peak."""
+    import io
+
+    from caraml.contract import BenchInfo
+    from caraml.measure.log import LiveLog
+
+    out = io.StringIO()
+    log = LiveLog(stream=out, fmt=fmt)
+    log.set_bench(BenchInfo(units_per_step=8, unit="tokens", flops_per_unit=1e12, flops_convention="x",
+                            precision="bf16"), dp=2, world_size=4, peak_tflops=16.0)
+    log.throughput("measure", 12, 20, steps=4, seconds=2.0)
+    if fmt == "json":
+        event = json.loads(out.getvalue())
+        assert event["key"] == "throughput" and event["value"] == 32.0
+        assert event["metadata"]["tokens_per_s"] == 32.0 and event["metadata"]["step_time_s"] == 0.5
+        assert event["metadata"]["tflops_per_device"] == 8.0 and event["metadata"]["mfu"] == 0.5
+    else:
+        assert out.getvalue() == "caraml: measure step 12/20  step 500.0 ms  32.0 tokens/s  8 TFLOP/s  MFU 50.0%\n"
