@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from caraml.contract import RunContext
+from caraml.kit import torch_features
 from caraml.parallel_dims import ParallelDims
 from caraml.runner import RunSpec, resolve
 from caraml.workloads.llm_training import caraml_log, sizes
@@ -33,6 +34,8 @@ def fake_world():
 
 def tp2_bench(fake_world, **overrides):
     """Rank 0 of a tp = 2 run (dp = 1), built on the CPU."""
+    if not torch_features.TENSOR_PARALLEL.present():
+        pytest.skip(torch_features.TENSOR_PARALLEL.problem())
     fake_world(2)
     run = resolve(RunSpec("llm_training", {"tp": 2, **overrides}, "smoke"))
     torch.manual_seed(0)
