@@ -666,3 +666,29 @@ def test_pic1d_compiled_head_is_the_same_projection(monkeypatch):
         results.append({"out": out.detach(), **{n: p.grad for n, p in model.named_parameters()}})
     for name, ref in results[0].items():
         assert ((results[1][name] - ref).norm() / ref.norm()).item() < 1e-5, name
+
+
+@pytest.mark.parametrize("particles, chunks", [(100_000, 40), (20_000, 8), (6_144, 3), (4_096, 2), (4_095, 1),
+                                               (2_047, 1), (9_973, 1)])
+def test_dse_chunks_are_the_most_equal_ones_of_at_least_dse_chunk_particles(particles, chunks):
+    """100,000 particles: 40 chunks of 2,500; 20,000: 8 of 2,500 (10 of 2,000 would be too small); a prime: one."""
+    from caraml.workloads.fno.model import DSE_CHUNK, particle_chunks
+
+    assert particle_chunks(particles) == chunks
+    assert particles % chunks == 0 and (chunks == 1 or particles // chunks >= DSE_CHUNK)
+
+
+def test_a_channels_last_head_of_several_outputs_stays_a_linear_layer_when_compiled(monkeypatch):
+    """Only a one-channel head becomes the weighted sum: three output channels give the same output compiled."""
+    from caraml.workloads.fno import model as fno_model
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 2, 100, generator=gen)
+    x[:, 0] = 2 * math.pi * torch.rand(2, 100, generator=gen)
+    torch.manual_seed(0)
+    model = fno_model.FNO(2, 3, 8, (5,), 2, kind="dse", dse_layout="channels-last")
+    eager = model(x)
+    monkeypatch.setattr(fno_model, "_compiling", lambda: True)
+    compiled = model(x)
+    assert eager.shape == compiled.shape == (2, 3, 100)
+    assert torch.allclose(eager, compiled)
