@@ -692,3 +692,14 @@ def test_a_channels_last_head_of_several_outputs_stays_a_linear_layer_when_compi
     compiled = model(x)
     assert eager.shape == compiled.shape == (2, 3, 100)
     assert torch.allclose(eager, compiled)
+
+
+@pytest.mark.parametrize("layout", ["channels-last", "channels-first"])
+def test_the_pic1d_bench_trains_the_layout_asked_for(layout):
+    from caraml.runner import RunSpec, build_bench
+
+    bench = build_bench(RunSpec("fno", {"dse_layout": layout}, preset="smoke-PIC1D"), device="cpu")
+    assert bench.raw_model.channels_last == (layout == "channels-last")
+    assert bench.details()["settings"]["dse_layout"] == layout
+    assert ("[B, P, C] activations" in bench.details()["math"]["transform"]) == (layout == "channels-last")
+    bench.close()
