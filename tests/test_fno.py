@@ -280,6 +280,30 @@ def test_compile_report_asks_to_stop_at_every_iteration():
     bench.close()
 
 
+def test_compile_report_rows_time_iterations_3_to_5_and_speed_up_over_eager():
+    """Iterations timed by a fake (torch.compile is lazy: nothing compiles): eager 4 s, each mode 1 s after a
+    slow first call, so every compiled row is 4x eager and the mean leaves the first two iterations out."""
+    from caraml.workloads.fno import COMPILE_MODES
+
+    bench = _smoke_bench(mode="eval", compile_report="on")
+    timed = {False: [9.0, 8.0, 3.0, 4.0, 5.0], True: [60.0, 7.0, 0.5, 1.0, 1.5]}
+    calls = {False: 0, True: 0}
+
+    def iteration(fn, x, compiled):
+        calls[compiled] += 1
+        return timed[compiled][(calls[compiled] - 1) % 5]
+
+    bench._report_iteration = iteration
+    bench.run_extra(lambda: False)
+    rows = bench.compile_report["rows"]
+    assert [r["mode"] for r in rows] == ["eager", *COMPILE_MODES]
+    assert rows[0]["time_s"] == pytest.approx(4.0) and rows[0]["first_s"] == 9.0 and rows[0]["speedup"] == 1.0
+    for row in rows[1:]:
+        assert row["time_s"] == pytest.approx(1.0) and row["first_s"] == 60.0
+        assert row["speedup"] == pytest.approx(4.0)  # eager's time over the mode's: faster is above 1
+    bench.close()
+
+
 class _Stderr:
     """A run's stderr, read on a thread, so that a test waits for a line (an event) with a deadline."""
 
@@ -642,3 +666,40 @@ def test_pic1d_compiled_head_is_the_same_projection(monkeypatch):
         results.append({"out": out.detach(), **{n: p.grad for n, p in model.named_parameters()}})
     for name, ref in results[0].items():
         assert ((results[1][name] - ref).norm() / ref.norm()).item() < 1e-5, name
+
+
+@pytest.mark.parametrize("particles, chunks", [(100_000, 40), (20_000, 8), (6_144, 3), (4_096, 2), (4_095, 1),
+                                               (2_047, 1), (9_973, 1)])
+def test_dse_chunks_are_the_most_equal_ones_of_at_least_dse_chunk_particles(particles, chunks):
+    """100,000 particles: 40 chunks of 2,500; 20,000: 8 of 2,500 (10 of 2,000 would be too small); a prime: one."""
+    from caraml.workloads.fno.model import DSE_CHUNK, particle_chunks
+
+    assert particle_chunks(particles) == chunks
+    assert particles % chunks == 0 and (chunks == 1 or particles // chunks >= DSE_CHUNK)
+
+
+def test_a_channels_last_head_of_several_outputs_stays_a_linear_layer_when_compiled(monkeypatch):
+    """Only a one-channel head becomes the weighted sum: three output channels give the same output compiled."""
+    from caraml.workloads.fno import model as fno_model
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 2, 100, generator=gen)
+    x[:, 0] = 2 * math.pi * torch.rand(2, 100, generator=gen)
+    torch.manual_seed(0)
+    model = fno_model.FNO(2, 3, 8, (5,), 2, kind="dse", dse_layout="channels-last")
+    eager = model(x)
+    monkeypatch.setattr(fno_model, "_compiling", lambda: True)
+    compiled = model(x)
+    assert eager.shape == compiled.shape == (2, 3, 100)
+    assert torch.allclose(eager, compiled)
+
+
+@pytest.mark.parametrize("layout", ["channels-last", "channels-first"])
+def test_the_pic1d_bench_trains_the_layout_asked_for(layout):
+    from caraml.runner import RunSpec, build_bench
+
+    bench = build_bench(RunSpec("fno", {"dse_layout": layout}, preset="smoke-PIC1D"), device="cpu")
+    assert bench.raw_model.channels_last == (layout == "channels-last")
+    assert bench.details()["settings"]["dse_layout"] == layout
+    assert ("[B, P, C] activations" in bench.details()["math"]["transform"]) == (layout == "channels-last")
+    bench.close()

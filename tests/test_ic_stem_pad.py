@@ -133,3 +133,24 @@ def test_a_model_without_a_stem_on_three_channels_is_refused():
         pad_stem(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3)), 8)
     with pytest.raises(BadInput, match="pads its border with reflect"):
         pad_stem(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")), 8)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_a_stem_padding_its_border_other_than_with_zeros_is_refused(mode):
+    with pytest.raises(BadInput, match=f"pads its border with {mode}, not zeros"):
+        pad_stem(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode)), 8)
+
+
+def test_channels_last_is_kept_where_the_pad_itself_returns_the_standard_layout(monkeypatch):
+    """A torch whose F.pad returns a contiguous tensor for a channels-last one (a fake of it here; this torch keeps
+    the layout itself): the padded input and weight are channels-last still, as cuDNN's NHWC kernels need."""
+    from caraml.workloads.image_classification import stem
+
+    pad = torch.nn.functional.pad
+    monkeypatch.setattr(stem.F, "pad", lambda t, p: pad(t, p).contiguous())
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    padded = stem._padded(x, (0, 0, 0, 0, 0, 5))
+    assert padded.shape == (2, 8, 8, 8) and padded.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(padded[:, :3], x) and not padded[:, 3:].any()
+    plain = stem._padded(torch.randn(2, 3, 8, 8), (0, 0, 0, 0, 0, 5))
+    assert plain.is_contiguous()  # the standard layout stays standard

@@ -239,3 +239,138 @@ def test_bad_input_found_while_building_still_ends_the_events_file(tmp_path):
     (events,) = (tmp_path / "runs").glob("*.events.jsonl")
     last = json.loads(events.read_text().splitlines()[-1])
     assert (last["key"], last["value"]) == ("run_stop", "error")
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_interval_rates_count_every_replica_and_tflops_per_device_of_the_whole_world(fmt):
+    """dp = 2 replicas of tp = 2 (4 devices): 8 tokens per replica step, 0.5 s a step: 32 tokens/s in all;
+    1 TFLOP per token over 4 devices: 8 TFLOP/s each, half of a 16 TFLOP/s peak."""
+    import io
+
+    from caraml.contract import BenchInfo
+    from caraml.measure.log import LiveLog
+
+    out = io.StringIO()
+    log = LiveLog(stream=out, fmt=fmt)
+    log.set_bench(BenchInfo(units_per_step=8, unit="tokens", flops_per_unit=1e12, flops_convention="x",
+                            precision="bf16"), dp=2, world_size=4, peak_tflops=16.0)
+    log.throughput("measure", 12, 20, steps=4, seconds=2.0)
+    if fmt == "json":
+        event = json.loads(out.getvalue())
+        assert event["key"] == "throughput" and event["value"] == 32.0
+        assert event["metadata"]["tokens_per_s"] == 32.0 and event["metadata"]["step_time_s"] == 0.5
+        assert event["metadata"]["tflops_per_device"] == 8.0 and event["metadata"]["mfu"] == 0.5
+    else:
+        assert out.getvalue() == "caraml: measure step 12/20  step 500.0 ms  32.0 tokens/s  8 TFLOP/s  MFU 50.0%\n"
+
+
+class _HalfSecondSteps:
+    """A bench whose every step takes 0.5 s of a fake clock: 8 tokens per replica step, 1 TFLOP per token."""
+
+    def __init__(self, clock: _Clock):
+        from caraml.contract import BenchInfo
+
+        self.clock = clock
+        self.info = BenchInfo(units_per_step=8, unit="tokens", flops_per_unit=1e12, flops_convention="x",
+                              precision="bf16")
+
+    def step(self):
+        self.clock.now += 0.5
+
+
+class _FourRanks:
+    """Rank 0 of 4 that agree on everything (the other ranks' values are this rank's)."""
+
+    rank, local_rank, world_size, is_main = 0, 0, 4, True
+
+    def all_reduce(self, value, op="sum"):
+        return value if op == "max" else 4 * value
+
+    def barrier(self):
+        pass
+
+
+def test_the_runner_gives_the_live_log_the_replicas_and_the_world_of_its_layout(monkeypatch):
+    """dp = 2 x tp = 2 on 4 ranks, through the runner's measurement: 32 tokens/s in all, 8 TFLOP/s per device."""
+    import io
+    from types import SimpleNamespace
+
+    import torch
+
+    from caraml import runner
+    from caraml.measure import harness
+    from caraml.measure.log import LiveLog
+    from caraml.measure.stops import StopRequested
+    from caraml.parallel_dims import ParallelDims
+    from caraml.settings import MeasureSettings
+
+    clock = _Clock()
+    monkeypatch.setattr(harness.time, "perf_counter", clock)
+    bench = _HalfSecondSteps(clock)
+    workload = SimpleNamespace(name="half_second_steps", build=lambda config, ctx: bench)
+    run = SimpleNamespace(workload=workload, config=None, measure=MeasureSettings(warmup_steps=1, measure_steps=4))
+    setup = runner._Setup(run=run, dist=_FourRanks(), dims=ParallelDims(dp=2, tp=2), device=torch.device("cpu"),
+                          tag="test", profile={"peak_tflops": {"bf16": 16.0}})
+    out = io.StringIO()
+    log = LiveLog(fmt="json", interval_s=0.25, stream=out)
+    record = SimpleNamespace(status=None, error=None)
+    with StopRequested() as stop:
+        runner._measure(setup, record, harness.Measurement(), stop, None, log)
+    assert record.status == "ok"
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    rates = [e["metadata"] for e in events if e["key"] == "throughput" and e["metadata"]["phase"] == "measuring"]
+    assert len(rates) == 4
+    for r in rates:
+        assert (r["tokens_per_s"], r["tflops_per_device"], r["mfu"]) == (32.0, 8.0, 0.5)
+
+
+@pytest.mark.parametrize("seconds, text", [(0.0125, "12.5 ms"), (1.0, "1.0 s"), (119.9, "119.9 s"),
+                                           (120.0, "2.0 min"), (330.0, "5.5 min")])
+def test_times_are_said_in_ms_below_a_second_and_in_minutes_from_two(seconds, text):
+    from caraml.measure.log import fmt_seconds
+
+    assert fmt_seconds(seconds) == text
+
+
+@pytest.mark.parametrize("size, text", [(None, "-"), (0, "-"), (1536, "2 KiB"), (2 ** 20 - 1, "1024 KiB"),
+                                        (2 ** 20, "1.00 MiB"), (2 ** 30 - 2 ** 20, "1023.00 MiB"),
+                                        (2 ** 30, "1.00 GiB"), (80 * 2 ** 30, "80.00 GiB")])
+def test_memory_is_said_in_the_largest_unit_it_fills(size, text):
+    from caraml.measure.log import fmt_bytes
+
+    assert fmt_bytes(size) == text
+
+
+def test_a_long_wait_is_said_at_doubling_gaps_up_to_the_heartbeat_limit(monkeypatch):
+    """interval 5 s: said after 5, 15, 35, 75 s, then every 60 s (HEARTBEAT_MAX_S). The heartbeat thread's waits
+    pass on a fake clock: its event, faked, advances the clock by each wait and ends the wait after six."""
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from caraml.measure import log as log_mod
+
+    clock = _Clock()
+    gaps, beaten = [], threading.Event()
+
+    class FakeDone:
+        def wait(self, gap):
+            gaps.append(gap)
+            clock.now += gap
+            if len(gaps) < 7:
+                return False
+            beaten.set()
+            return True
+
+        def set(self):
+            pass
+
+    monkeypatch.setattr(log_mod, "threading", SimpleNamespace(Event=FakeDone, Thread=threading.Thread))
+    monkeypatch.setattr(log_mod.time, "monotonic", clock)
+    out = io.StringIO()
+    log = log_mod.LiveLog(stream=out, interval_s=5.0)
+    with log.waiting("build"):
+        assert beaten.wait(60), "the heartbeat never waited a seventh time"  # bounds a hang only
+    assert gaps == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0, 60.0]
+    assert out.getvalue().splitlines() == [f"caraml: build: still running after {t}" for t in
+                                           ("5.0 s", "15.0 s", "35.0 s", "75.0 s", "2.2 min", "3.2 min")]

@@ -181,3 +181,24 @@ def test_a_skip_outside_the_groups_asked_for_is_refused_in_one_line(skip, monkey
     assert stop.value.code == 2
     assert err[-1] == (f"llm_bench: --skip {skip}: name points as GROUP/POINT of a group in --only "
                        "(fp8_wide, fp8_loss), e.g. fp8_800m/plain_fp8@16")
+
+
+def test_a_skip_name_that_matched_no_point_of_its_group_is_reported(tmp_path, monkeypatch, capsys):
+    """levers/plain is a point of levers, levers/plian is not: only the misspelt one is reported after the table.
+    The points are not run (run_job replaced by a row saying so)."""
+    for name in ("SKIP", "MODEL", "RUN", "MICRO", "VOCAB"):  # main's --self-check sets these: restored after
+        value = getattr(bench, name)
+        monkeypatch.setattr(bench, name, value.copy() if isinstance(value, (set, dict)) else value)
+    ran = []
+
+    def run_job(job, *args):
+        ran.append(job.name)
+        return {"name": job.name, "status": "skipped (--skip)"}
+
+    monkeypatch.setattr(bench, "run_job", run_job)
+    monkeypatch.setattr(sys, "argv", ["llm_bench.py", "--only", "levers", "--skip", "levers/plain,levers/plian",
+                                      "--self-check", "--out", str(tmp_path)])
+    bench.main()
+    assert "levers/plain" in ran
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "llm_bench: --skip levers/plian matched no point of its group; the points are the rows above"

@@ -179,3 +179,12 @@ def test_liger_falls_back_to_chunked_under_a_triton_with_its_known_fault(monkeyp
     assert fused.liger_known_broken() is None
     monkeypatch.setattr(fused, "triton_version", lambda: None)  # no Triton: liger does not import, said so then
     assert fused.liger_known_broken() is None
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "mps", "xpu"])
+def test_liger_off_cuda_falls_back_naming_the_device(monkeypatch, device_type):
+    """Liger's kernel is Triton on CUDA: any other device gets the chunked loss, the device named, liger not tried."""
+    monkeypatch.setattr(fused, "liger_loss", lambda: pytest.fail("liger tried off CUDA"))
+    fn, in_use = fused.loss_backend("liger", torch.device(device_type))
+    assert fn is fused.chunked_linear_cross_entropy
+    assert in_use == f"chunked (liger needs a CUDA GPU; this run is on {device_type})"

@@ -309,3 +309,30 @@ def test_the_sweeps_end_table_fits_a_log(capsys, monkeypatch):
     print_points(records)
     out = capsys.readouterr().out
     assert max(map(len, out.splitlines())) <= 160 and "to fit 120 columns" not in out
+
+
+def test_a_spread_at_its_limit_is_not_flagged_only_one_above_it(tmp_path):
+    """'above 25 %' and 'above 10 %': a step-time spread of exactly 25 % and repeats exactly 10 % apart are not."""
+    results = tmp_path / "r"
+    write(results, image("H100", 64, "bf16", 2500.0, spread=0.25))  # (p90 - p10) / median = 0.25
+    for started, ips in (("10", 1900.0), ("11", 2000.0), ("12", 2100.0)):  # (2100 - 1900) / 2000 = 0.10
+        write(results, image("A100", 64, "bf16", ips, spread=0.1, started=f"2026-12-01T{started}:00:00.000+00:00"))
+    text = cli("result", "--results", results, "--wide", check=0).stdout
+    assert "25.0%" in text and "10.0%" in text and "!" not in text, text
+    write(results, image("H100", 64, "bf16", 2500.0, spread=0.26, started="2026-12-01T13:00:00.000+00:00"))
+    assert "! StepSpread above 25%" in cli("result", "--results", results, "--wide", check=0).stdout
+
+
+def test_a_column_of_two_sources_keeps_a_first_value_of_zero():
+    """`metric:A|param:B` shows A where the record has it, 0 included; B only where A is missing."""
+    from handmade import record
+
+    from caraml.results.aggregate import group
+    from caraml.results.columns import _declared
+    from caraml.workloads import Col
+
+    column = _declared(Col("retries", "Retries", "metric:retries|param:retries_asked", "int"))
+    with_zero = record("image_classification", "H100", {"retries_asked": 3}, 100.0, extra_metrics={"retries": 0})
+    without = record("image_classification", "A100", {"retries_asked": 3}, 100.0)
+    assert [column.get(p) for p in group([with_zero])] == [0]
+    assert [column.get(p) for p in group([without])] == [3]

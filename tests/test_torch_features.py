@@ -166,3 +166,61 @@ def test_fused_optimizer_kernels_this_torch_lacks_are_refused_in_one_line(worklo
             workloads.get(workload).check_device(cfg, cpu)
     workloads.get(workload).check_device(resolve(RunSpec(workload, {param: "foreach", "device": "cpu"},
                                                          preset=preset)).config, cpu)
+
+
+def test_a_submodule_its_package_does_not_import_is_present(tmp_path, monkeypatch):
+    """The probe imports the whole dotted name first: a module is there even where its package's __init__ does not
+    import it (torch.distributed.pipelining in some releases)."""
+    (tmp_path / "lazy_pkg").mkdir()
+    (tmp_path / "lazy_pkg" / "__init__.py").write_text("")
+    (tmp_path / "lazy_pkg" / "inner.py").write_text("THING = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("lazy_pkg", "lazy_pkg.inner"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert tf.Feature("x", "lazy_pkg.inner", "1", "-").present()
+    assert tf.Feature("x", "lazy_pkg.inner.THING", "1", "-").present()
+    assert not tf.Feature("x", "lazy_pkg.inner.OTHER", "1", "-").present()
+
+
+@pytest.mark.parametrize("device_type, hint", [("cpu", " (CPU kernels came in torch 2.4)"), ("cuda", "")])
+def test_fused_kernels_are_looked_up_under_the_devices_dispatch_key(monkeypatch, device_type, hint):
+    """A torch whose dispatcher has no fused SGD kernel for the device (a fake of its lookup, which, as torch's,
+    knows the keys in capitals only): refused in one line; the torch 2.4 hint only where it applies (the CPU)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from caraml.kit.optim import check_kernels
+
+    asked = []
+
+    def lookup(op, key):
+        if key not in ("CPU", "CUDA"):
+            raise RuntimeError(f"could not parse dispatch key: {key}")
+        asked.append((op, key))
+        return False
+
+    monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key", lookup)
+    with pytest.raises(BadInput) as exc:
+        check_kernels("sgd_impl", "fused", "sgd", SimpleNamespace(type=device_type))
+    assert asked == [("aten::_fused_sgd_", device_type.upper())]
+    assert str(exc.value) == (f"sgd_impl=fused: this torch ({torch.__version__}) has no fused SGD kernel for "
+                              f"{device_type}{hint}: use sgd_impl=foreach")
+    check_kernels("sgd_impl", "foreach", "sgd", SimpleNamespace(type=device_type))  # not looked up, not refused
+    assert len(asked) == 1
+
+
+@pytest.mark.parametrize("impl, flags", [("foreach", {"foreach": True, "fused": None}),
+                                         ("for-loop", {"foreach": False, "fused": None}),
+                                         ("fused", {"foreach": None, "fused": True})])
+def test_the_optimizer_is_built_with_the_kernels_asked_for(impl, flags):
+    import torch
+
+    from caraml.runner import RunSpec, build_bench
+
+    if impl == "fused" and not torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_adam_", "CPU"):
+        pytest.skip("this torch has no fused Adam for the CPU (torch < 2.4)")
+
+    bench = build_bench(RunSpec("fno", {"adam_impl": impl, "device": "cpu"}, preset="smoke-PIC1D"))
+    assert {k: bench.optimizer.defaults[k] for k in flags} == flags
+    bench.close()
