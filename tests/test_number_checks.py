@@ -8,6 +8,7 @@ import json
 
 import pytest
 from conftest import cli
+from handmade import populate
 
 from caraml import systems
 from caraml.errors import BadInput
@@ -84,3 +85,41 @@ def test_plan_of_a_layout_the_default_system_cannot_hold_names_nodes_and_system(
     assert "tp*pp = 2*2 = 4 does not divide the 1 devices" in line and "--nodes" in line and "--system" in line, line
     assert proc.stderr.count("\n") == 1
     cli("plan", "llm_training", "--preset", "13B", "--system", "H100", check=0)  # 4 devices per node
+
+
+# records -----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["-5", "0", "0.0", "1e308", "1e999", "-1e999", "NaN", "Infinity"])
+def test_a_record_of_an_impossible_throughput_is_skipped_with_one_line_and_compared_never(tmp_path, value):
+    results = tmp_path / "results"
+    recs = populate(results, with_power=False)
+    run_id = recs["a100_64"]["run_id"]
+    edited = results / "runs" / f"{run_id}.json"
+    edited.write_text(edited.read_text().replace('"value": 1500.0', f'"value": {value}'))
+    assert f'"value": {value}' in edited.read_text()
+    for command in (["result"], ["compare", "--by", "system", "--baseline", "A100"]):
+        proc = cli(*command, "--results", results, "--format", "json", check=0)
+        warned = [line for line in proc.stderr.splitlines() if str(edited) in line]
+        assert len(warned) == 1 and warned[0].startswith(f"caraml: skipping record {edited}: "), proc.stderr
+        assert "throughput" in warned[0]
+        assert run_id not in json.dumps(_strict(proc.stdout))
+    compared = {c["workload"]: c for c in _strict(cli("compare", "--by", "system", "--results", results,
+                                                      "--format", "json", check=0).stdout)}
+    image = compared["image_classification"]
+    speedups = [g["speedup"] for row in image["rows"] for g in row["groups"].values() if g.get("speedup") is not None]
+    assert speedups and all(s > 0 for s in speedups)
+    assert 64 not in [row["config"]["batch_size"] for row in image["rows"]]  # A100 at 64 is gone: nothing to compare
+
+
+def test_show_of_a_skipped_record_names_the_file_and_why(tmp_path):
+    results = tmp_path / "results"
+    recs = populate(results, with_power=False)
+    run_id = recs["a100_64"]["run_id"]
+    edited = results / "runs" / f"{run_id}.json"
+    edited.write_text(edited.read_text().replace('"value": 1500.0', '"value": -5'))
+    proc = cli("show", run_id, "--results", results, check=2)
+    assert proc.stderr.startswith(f"caraml: error: show: record {edited} is skipped: ") and "throughput" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    broken = results / "runs" / f"{recs['a100_128']['run_id']}.json"
+    broken.write_text("{ half a rec")
+    proc = cli("show", recs["a100_128"]["run_id"][:22], "--results", results, check=2)
+    assert proc.stderr.startswith(f"caraml: error: show: record {broken} is skipped: "), proc.stderr
