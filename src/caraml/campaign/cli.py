@@ -175,10 +175,10 @@ def sweep_command(args) -> int:
         for i, p in enumerate(plan.points, 1):
             est = f"  [{short(estimates[p.id])}]" if p.id in estimates else ""
             print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())) + est)
-        print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
-              + (f" with tags {', '.join(plan.tags)}" if plan.tags else ""), file=sys.stderr)
+        print(printable(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
+                        + (f" with tags {', '.join(plan.tags)}" if plan.tags else "")), file=sys.stderr)
     for note in notes:
-        print(f"caraml: {note}", file=sys.stderr)
+        print(printable(f"caraml: {note}"), file=sys.stderr)
     return 0
 
 
@@ -219,10 +219,11 @@ def container_command(args) -> int:
     elif args.action == "wheels":
         cmds = container.wheel_commands(profile)
     else:
+        container.check_preparable(profile)  # the environment's folder is named after the image and the wheel
         cmds = container.prepare_commands(profile, container.env_dir(profile))
     if args.print:
         for cmd in cmds:
-            print(" ".join(shlex.quote(w) for w in cmd))
+            print(container.command_text(cmd))
         return 0
     if args.action == "wheels":
         print(f"caraml: wheel folder {container.make_wheels(profile)} is ready", file=sys.stderr)

@@ -136,7 +136,9 @@ def _worker(point: SweepPoint, profile: dict, site: dict, opts: JobOptions) -> l
     profile = {**profile, "site": site}  # the job's own settings (a workload's image, the command line's)
     if container.image(profile):  # the image's python, with caraml from its prepared environment
         env = container.env_dir(profile)
-        binds = [opts.source or source_root(), opts.results, str(env.parent)] + list(site.get("container_binds", []))
+        binds = container.bind_paths([("the source tree", opts.source or source_root()), ("--results", opts.results),
+                                      (container.envs_setting(profile), str(env.parent))])
+        binds += list(site.get("container_binds", []))  # the site's own bind specifications, as they are
         prefix = [q(w) for w in container.exec_prefix(profile, binds)]
         python = container.env_python(profile)
     job = Job(point, python, tuple(caraml_run_args(point, opts.results, json_out=bool(opts.record))), slurm_step=True)
