@@ -45,7 +45,7 @@ def _add_sweep_parser(sub, results_default: str) -> None:
                        help="refuse a suite that expands to more points than this (default: %(default)s)")
     sweep.add_argument("--python", help="interpreter the points run with (default: this one)")
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
-    sweep.add_argument("--array", nargs="?", const=0, type=_positive, metavar="N",
+    sweep.add_argument("--array", nargs="?", const=0, type=_throttle, metavar="N",
                        help="with --executor slurm: one job array per sweep (per job shape) instead of one job per "
                             "point; N runs at most N of its points at once (sbatch --array=...%%N)")
     _add_site_arguments(sweep)
@@ -126,6 +126,19 @@ def _positive(text: str) -> int:
     if not (text.isascii() and text.isdigit() and int(text) > 0):
         raise argparse.ArgumentTypeError(f"'{text[:50]}' is not a whole number above 0")
     return int(text)
+
+
+def _throttle(text: str) -> int:
+    """--array N: at most SLURM's largest MaxArraySize (a throttle beyond any array is a typo)."""
+    import argparse
+
+    from caraml.campaign.slurm import MAX_ARRAY_SIZE
+
+    n = _positive(text)
+    if n > MAX_ARRAY_SIZE:
+        raise argparse.ArgumentTypeError(f"'{text[:50]}' is more tasks at once than any job array holds; give a whole "
+                                         f"number from 1 to {MAX_ARRAY_SIZE}")
+    return n
 
 
 def sweep_command(args) -> int:

@@ -9,6 +9,7 @@ step; torchrun ignores it, the workers stop between steps and rank 0 writes an `
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -117,9 +118,16 @@ def sbatch_lines(point: SweepPoint, site: dict, log: str) -> list[str]:
     before = int(site.get("signal_before_s", 120))
     if before > 0:
         lines.append(f"--signal=B:USR2@{before}")
-    lines.append(f"--output={q(log)}")
+    lines.append(f"--output={q(output_pattern(log))}")
     lines += [_extra(line) for line in site.get("sbatch_lines", [])]
     return lines
+
+
+def output_pattern(log: str) -> str:
+    """A job's log file as `#SBATCH --output=` takes it: the folder as it is (its '%' doubled, which sbatch would
+    expand: a results folder `100%j` is not the job id), the file name with sbatch's own patterns (%j, %A_%a)."""
+    folder, name = os.path.split(log)
+    return os.path.join(folder.replace("%", "%%"), name)
 
 
 def _extra(line: str) -> str:

@@ -109,7 +109,9 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
         groups.setdefault(shape, []).append((point, script))
     root = Path(results).resolve() / "sweep"
     out = []
-    for shape, members in groups.items():
+    size = max_array_size()  # SLURM's array indices run up to MaxArraySize - 1: a longer array is split
+    arrays = [(shape, members[i:i + size]) for shape, members in groups.items() for i in range(0, len(members), size)]
+    for shape, members in arrays:
         name = array_name(p, [point for point, _ in members])
         limit = f"%{throttle}" if throttle else ""
         text = "\n".join([
@@ -119,7 +121,7 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
             f"#SBATCH --job-name={name}",
             *[f"#SBATCH {line}" for line in shape],
             f"#SBATCH --array=0-{len(members) - 1}{limit}",
-            f"#SBATCH --output={jobscript.q(str(root / 'logs' / 'array-%A_%a.out'))}",
+            f"#SBATCH --output={jobscript.q(jobscript.output_pattern(str(root / 'logs' / 'array-%A_%a.out')))}",
             "",
             "caraml_points=(" + " ".join(jobscript.q(str(script)) for _, script in members) + ")",
             '# exec: the point\'s script becomes the batch shell, so the warning signal reaches its trap',
@@ -132,6 +134,20 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
             path.chmod(0o755)
         out.append((path, members))
     return out
+
+
+MAX_ARRAY_SIZE = 4_000_001  # the largest MaxArraySize SLURM allows (slurm.conf)
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default, where this machine cannot ask
+
+
+def max_array_size() -> int:
+    """The cluster's MaxArraySize (`scontrol show config`): job arrays hold indices 0 .. MaxArraySize - 1."""
+    if shutil.which("scontrol"):
+        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
+        found = re.search(r"^MaxArraySize\s*=\s*(\d+)", proc.stdout, re.M) if proc.returncode == 0 else None
+        if found and int(found.group(1)) > 0:
+            return int(found.group(1))
+    return DEFAULT_MAX_ARRAY_SIZE
 
 
 def array_name(p: sweep.Plan, points: list[SweepPoint]) -> str:
