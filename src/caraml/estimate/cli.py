@@ -46,8 +46,8 @@ def plan_command(args) -> int:
     devices = args.nodes * per_node
     problem = run.workload.launch_problem(run.values, devices)
     if problem:
-        raise BadInput(f"{run.workload.name}: {problem} (--nodes {args.nodes} of --system {profile['tag']}, "
-                       f"{per_node} devices per node; pass other --nodes or --system for other devices)")
+        raise BadInput(f"{run.workload.name}: {problem} ({devices} devices: {per_node} per node of --system "
+                       f"{profile['tag']} x --nodes {args.nodes})")
     est = estimate.estimate(run.workload, run.values, profile, devices, efficiency)
     if args.json:
         print(dumps({"workload": run.workload.name, "preset": args.preset, "system": profile["tag"], **est}))
