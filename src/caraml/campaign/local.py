@@ -102,7 +102,7 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     tally = Tally(total=len(p.points), to_run=sum(point.id not in done for point in p.points))
     display = _display(p.suite.name, tally)
     kept = records if records is not None else []
-    began = time.time()
+    sweep_began = time.time()
 
     def run_here(n: int, point: SweepPoint, lock: int) -> None:
         tag, label = f"[{n}/{tally.total}] {point.id}", labels[point.id]
@@ -148,8 +148,8 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
                     display.advance()
                 elif (lock := _claim(locks / f"{point.id}.lock")) is None:
                     held.append((n, point))
-                    display.line(f"caraml: {tag} is running elsewhere ({_holder(locks / f'{point.id}.lock')} holds "
-                                 f"{locks / point.id}.lock): its end is waited for after the other points"
+                    display.line(f"caraml: {tag} is running elsewhere ({_holder(locks / f'{point.id}.lock')}; lock "
+                                 f"{locks / point.id}.lock): waited for after the other points"
                                  + (f": {label}" if label else ""))
                 else:
                     run_here(n, point, lock)
@@ -160,7 +160,7 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
                     passed_over("running", None, f"caraml: {tag} is still running elsewhere (its sweep is gone; "
                                 f"it holds {locks / point.id}.lock), not run" + (f": {label}" if label else ""))
                     continue
-                record = _newest_since(results, point.id, began)
+                record = _newest_since(results, point.id, sweep_began)
                 if record is not None and record.get("status") == "ok":
                     os.close(lock)
                     passed_over("ok", record, f"caraml: {tag} ok, run elsewhere: {headline(record)}"
@@ -380,11 +380,12 @@ def _owner(path: Path) -> tuple[int, str] | None:
 
 
 def _holder(path: Path) -> str:
+    """Who holds a point's lock, for people: "sweep 12 on node1 runs it", "its sweep 12 on node1 is gone"."""
     owner = _owner(path)
     if owner is None:
-        return "a process"
+        return "its sweep is not named"
     pid, host = owner
-    return (f"sweep {pid} on {host}" if _alive(owner) else f"a point of sweep {pid} on {host}, which is gone")
+    return f"sweep {pid} on {host} runs it" if _alive(owner) else f"its sweep {pid} on {host} is gone"
 
 
 def _alive(owner: tuple[int, str] | None) -> bool:
