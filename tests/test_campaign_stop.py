@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -123,21 +122,6 @@ def test_a_sigkilled_sweep_takes_its_running_point_with_it(tmp_path, results):
             sweep.communicate()
         if point is not None and not _gone(point):
             os.killpg(point, signal.SIGKILL)  # the point leads its own process group
-
-
-def test_a_point_whose_lock_is_held_is_not_run_again(tmp_path, results, capsys):
-    """An earlier sweep's point still running (it outlived its sweep) holds its lock: a --resume leaves it be."""
-    from caraml.campaign import local, sweep
-
-    plan = sweep.plan(str(_suite(tmp_path)), [], "CPU", {"image_size": "40"})  # a quick point, were it run
-    [point] = plan.points
-    locks = results / "sweep" / "locks"
-    locks.mkdir(parents=True)
-    with open(locks / f"{point.id}.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        counts = local.run_local(plan, str(results), resume=True)
-    assert counts == {"running": 1} and records_in(results) == []
-    assert f"{point.id} is running elsewhere" in capsys.readouterr().err
 
 
 @pytest.mark.subprocess

@@ -118,6 +118,9 @@ def test_prepare_makes_one_environment_per_image_and_jobs_use_it(site):
 
 def test_print_shows_the_commands(site):
     tmp, env = site
+    (tmp / "img.sif").write_text("an image")  # the environment's folder is named after the image and the wheel
+    (tmp / "containers" / "wheels").mkdir(parents=True)
+    (tmp / "containers" / "wheels" / "caraml-0.1-py3-none-any.whl").write_bytes(b"a wheel")
     out = caraml("container", "prepare", "--system", "FAKE", "--print", env=env, check=0).stdout.splitlines()
     assert len(out) == 3 and all(line.startswith("apptainer exec --bind ") for line in out)
     assert " -m venv --system-site-packages --without-pip " in out[0]

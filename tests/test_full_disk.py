@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from handmade import image
 
+from caraml.errors import BadInput
+
 FULL = OSError(errno.ENOSPC, "No space left on device")
 
 
@@ -75,7 +77,7 @@ def test_sweep_state_write_that_fills_the_disk_keeps_the_previous_state(tmp_path
             raise OSError(FULL.errno, FULL.strerror)
 
     monkeypatch.setattr(state.os, "fdopen", lambda fd, *a, **k: HalfThenFull(real_fdopen(fd, *a, **k)))
-    with pytest.raises(OSError):
+    with pytest.raises(BadInput, match="cannot be written \\(No space left on device\\)"):  # one line, exit 2
         state.save(tmp_path, after)
     monkeypatch.undo()
     assert state.load(tmp_path) == before

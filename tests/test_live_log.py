@@ -219,7 +219,7 @@ def test_a_long_first_step_is_said_while_it_runs():
     assert "caraml: measuring: done in " in out.buf.getvalue()
 
 
-def test_bad_input_found_while_building_still_ends_the_events_file(tmp_path):
+def test_bad_input_found_while_building_ends_the_event_stream_and_leaves_no_events_file(tmp_path):
     from caraml import workloads
     from caraml.errors import BadInput
     from caraml.params import Param
@@ -232,13 +232,14 @@ def test_bad_input_found_while_building_still_ends_the_events_file(tmp_path):
                       build=refuse, columns=("system", "throughput")))
     try:
         proc = cli("run", "fake_refusing", "power=off", "device=cpu", "--system", "CPU", "--results", tmp_path,
-                   check=2)
+                   "--log-format", "json", check=2)
     finally:
         workloads._REGISTERED.pop("fake_refusing")
-    assert proc.stderr.strip().splitlines()[-1] == "caraml: error: fake_refusing: no such data"
-    (events,) = (tmp_path / "runs").glob("*.events.jsonl")
-    last = json.loads(events.read_text().splitlines()[-1])
+    *stream, error = proc.stderr.strip().splitlines()
+    assert error == "caraml: error: fake_refusing: no such data"
+    last = json.loads(stream[-1])
     assert (last["key"], last["value"]) == ("run_stop", "error")
+    assert list((tmp_path / "runs").iterdir()) == []  # no record: no events file beside it either
 
 
 @pytest.mark.parametrize("fmt", ["json", "text"])

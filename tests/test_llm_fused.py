@@ -128,6 +128,9 @@ def test_the_record_names_what_ran_and_the_fallback():
     ({"precision": "fp8", "tp": 2}, 2, "precision=fp8 runs with tp=1"),
     ({"precision": "fp8", "gelu_epilogue": "true"}, 1, "would bypass precision=fp8"),
     ({"fp8_fast_accum": "true"}, 1, "fp8_fast_accum=true applies to precision=fp8's float8 products"),
+    ({"fp8_recipe": "rowwise"}, 1, "fp8_recipe=rowwise applies to precision=fp8's float8 products; this run has "
+                                   "precision=fp32"),
+    ({"fp8_recipe": "rowwise_with_gw_hp", "precision": "fp32"}, 1, "fp8_recipe=rowwise_with_gw_hp applies to"),
 ])
 def test_layouts_the_levers_refuse(params, devices, needle):
     from caraml.runner import RunSpec, resolve

@@ -154,7 +154,8 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     record = _new_record(spec, setup)
     log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval)
     log.t0 = started
-    log.run_start(store.runs / f"{safe_name(record.run_id)}.events.jsonl" if dist.is_main else None,
+    events = store.runs / f"{safe_name(record.run_id)}.events.jsonl" if dist.is_main else None
+    log.run_start(events,
                   f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
                   f"process{'es' if dist.world_size > 1 else ''}): "
                   + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline),
@@ -164,6 +165,11 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     log.phase_end("setup")
     try:
         return _finish_run(spec, setup, store, record, stop, monitor_factory, log, roll)
+    except BadInput:  # refused (exit 2) with no record: its events would sit beside none
+        log.close()
+        if events is not None:
+            events.unlink(missing_ok=True)
+        raise
     finally:
         log.close()
 

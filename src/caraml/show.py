@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from caraml.errors import BadInput, did_you_mean, printable, shown
@@ -151,9 +152,10 @@ def show_point(plan, key: str, as_json: bool) -> int:
 def find_record(results: str, key: str, workload_names=()) -> dict:
     """The stored record whose run_id is `key`, else the one run_id `key` begins, else the latest run of the
     config id `key`; BadInput (one line, with the closest id) when none or several match."""
+    from caraml.results.aggregate import readable
     from caraml.results.store import Store
 
-    records = Store(results).load(warn=False)
+    records, skipped = readable(Store(results), warn=False)
     exact = [r for r in records if r.get("run_id") == key]
     if exact:
         return exact[-1]
@@ -168,6 +170,11 @@ def find_record(results: str, key: str, workload_names=()) -> dict:
     config = [r for r in records if r.get("id") == key]
     if config:
         return config[-1]  # the latest run of this configuration
+    for entry in skipped:  # "PATH.json: why"; run ids begin with the start time and end in the config id
+        path, _, why = entry.partition(".json: ")
+        name = Path(path).name
+        if name == key or name.startswith(key) or name.endswith(f"-{key}"):
+            raise BadInput(f"show: record {path}.json is skipped: {why}")
     ids = [str(r.get("run_id")) for r in records] + [str(r.get("id")) for r in records] + list(workload_names)
     where = f"in {results}" if records else f"({results} holds no readable record)"
     raise BadInput(f"show: {shown(key)} is no workload and no run id, prefix or config id {where}; "

@@ -46,7 +46,7 @@ def _add_sweep_parser(sub, results_default: str) -> None:
                        help="refuse a suite that expands to more points than this (default: %(default)s)")
     sweep.add_argument("--python", help="interpreter the points run with (default: this one)")
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
-    sweep.add_argument("--array", nargs="?", const=0, type=_positive, metavar="N",
+    sweep.add_argument("--array", nargs="?", const=0, type=_throttle, metavar="N",
                        help="with --executor slurm: one job array per sweep (per job shape) instead of one job per "
                             "point; N runs at most N of its points at once (sbatch --array=...%%N)")
     _add_site_arguments(sweep)
@@ -129,6 +129,19 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _throttle(text: str) -> int:
+    """--array N: at most SLURM's largest MaxArraySize (a throttle beyond any array is a typo)."""
+    import argparse
+
+    from caraml.campaign.slurm import MAX_ARRAY_SIZE
+
+    n = _positive(text)
+    if n > MAX_ARRAY_SIZE:
+        raise argparse.ArgumentTypeError(f"'{text[:50]}' is more tasks at once than any job array holds; give a whole "
+                                         f"number from 1 to {MAX_ARRAY_SIZE}")
+    return n
+
+
 def sweep_command(args) -> int:
     from caraml.campaign import suite as suite_mod
     from caraml.campaign import sweep
@@ -177,11 +190,11 @@ def sweep_command(args) -> int:
             est = f"  [{short(estimates[p.id])}]" if p.id in estimates else ""
             print(f"{i:>4} {p.id}  " + printable(" ".join(f"{k}={v}" for k, v in p.shown.items())) + est)
         runs = len(sweep.runs(plan.points))
-        print(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
-              + (f" with tags {', '.join(plan.tags)}" if plan.tags else "")
-              + (f", {runs} runs with their repeats" if runs > len(plan.points) else ""), file=sys.stderr)
+        print(printable(f"caraml: {len(plan.points)} points of suite {plan.suite.name} on {plan.system}"
+                        + (f" with tags {', '.join(plan.tags)}" if plan.tags else "")
+                        + (f", {runs} runs with their repeats" if runs > len(plan.points) else "")), file=sys.stderr)
     for note in notes:
-        print(f"caraml: {note}", file=sys.stderr)
+        print(printable(f"caraml: {note}"), file=sys.stderr)
     return 0
 
 
@@ -222,10 +235,11 @@ def container_command(args) -> int:
     elif args.action == "wheels":
         cmds = container.wheel_commands(profile)
     else:
+        container.check_preparable(profile)  # the environment's folder is named after the image and the wheel
         cmds = container.prepare_commands(profile, container.env_dir(profile))
     if args.print:
         for cmd in cmds:
-            print(" ".join(shlex.quote(w) for w in cmd))
+            print(container.command_text(cmd))
         return 0
     if args.action == "wheels":
         print(f"caraml: wheel folder {container.make_wheels(profile)} is ready", file=sys.stderr)

@@ -9,6 +9,7 @@ step; torchrun ignores it, the workers stop between steps and rank 0 writes an `
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -117,9 +118,16 @@ def sbatch_lines(point: SweepPoint, site: dict, log: str) -> list[str]:
     before = int(site.get("signal_before_s", 120))
     if before > 0:
         lines.append(f"--signal=B:USR2@{before}")
-    lines.append(f"--output={q(log)}")
+    lines.append(f"--output={q(output_pattern(log))}")
     lines += [_extra(line) for line in site.get("sbatch_lines", [])]
     return lines
+
+
+def output_pattern(log: str) -> str:
+    """A job's log file as `#SBATCH --output=` takes it: the folder as it is (its '%' doubled, which sbatch would
+    expand: a results folder `100%j` is not the job id), the file name with sbatch's own patterns (%j, %A_%a)."""
+    folder, name = os.path.split(log)
+    return os.path.join(folder.replace("%", "%%"), name)
 
 
 def _extra(line: str) -> str:
@@ -136,7 +144,9 @@ def _worker(point: SweepPoint, profile: dict, site: dict, opts: JobOptions) -> l
     profile = {**profile, "site": site}  # the job's own settings (a workload's image, the command line's)
     if container.image(profile):  # the image's python, with caraml from its prepared environment
         env = container.env_dir(profile)
-        binds = [opts.source or source_root(), opts.results, str(env.parent)] + list(site.get("container_binds", []))
+        binds = container.bind_paths([("the source tree", opts.source or source_root()), ("--results", opts.results),
+                                      (container.envs_setting(profile), str(env.parent))])
+        binds += list(site.get("container_binds", []))  # the site's own bind specifications, as they are
         prefix = [q(w) for w in container.exec_prefix(profile, binds)]
         python = container.env_python(profile)
     job = Job(point, python, tuple(caraml_run_args(point, opts.results, json_out=bool(opts.record))), slurm_step=True)

@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -105,6 +106,38 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     tally = Tally(total=len(runs), to_run=len(todo))
     display = _display(p.suite.name, tally)
     kept = records if records is not None else []
+    sweep_began = time.time()
+
+    def run_here(n: int, point: SweepPoint, lock: int) -> None:
+        tag, label = f"[{n}/{tally.total}] {point.id}", labels[point.key]
+        began = time.monotonic()
+        tally.starting(began)
+        display.starting(n, point.id, label)
+        try:
+            status, stopped, record = _run_point(point, results, python, env, logs / f"{point.key}.log", lock)
+        finally:
+            os.close(lock)
+        counts[status] = counts.get(status, 0) + 1
+        kept.append(record)
+        took = time.monotonic() - began
+        tally.finished_one(took)
+        display.line(f"caraml: {tag} {status}: {headline(record)}" + (f"  {label}" if label else "")
+                     + f"  ({tally.clock(took)})")
+        tally.passed += 1
+        display.advance()
+        if stopped:
+            raise SweepInterrupted(counts, tally.total - tally.passed)
+
+    def passed_over(status: str, record: dict | None, line: str) -> None:
+        counts[status] = counts.get(status, 0) + 1
+        if record is not None:
+            kept.append(record)
+        tally.passed_over()
+        display.line(line)
+        tally.passed += 1
+        display.advance()
+
+    held: list[tuple[int, SweepPoint]] = []  # points another process was running: waited for after the others
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # a killed sweep stops its point like Ctrl-C
     try:
         with display:
@@ -115,30 +148,29 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
                     counts["skipped"] = counts.get("skipped", 0) + 1
                     kept.append(done[point.id][-point.repeat])  # the newest ok ones
                     display.line(f"caraml: {tag} already ok, skipped" + (f": {label}" if label else ""))
+                    tally.passed += 1
+                    display.advance()
                 elif (lock := _claim(locks / f"{point.key}.lock")) is None:
-                    counts["running"] = counts.get("running", 0) + 1
-                    tally.passed_over()
-                    display.line(f"caraml: {tag} is running elsewhere (an earlier sweep's point holds "
-                                 f"{locks / point.key}.lock), not run again" + (f": {label}" if label else ""))
+                    held.append((n, point))
+                    display.line(f"caraml: {tag} is running elsewhere ({_holder(locks / f'{point.key}.lock')}; lock "
+                                 f"{locks / point.key}.lock): waited for after the other points"
+                                 + (f": {label}" if label else ""))
                 else:
-                    began = time.monotonic()
-                    tally.starting(began)
-                    display.starting(n, point.id, label)
-                    try:
-                        status, stopped, record = _run_point(point, results, python, env, logs / f"{point.key}.log",
-                                                             lock)
-                    finally:
-                        os.close(lock)
-                    counts[status] = counts.get(status, 0) + 1
-                    kept.append(record)
-                    took = time.monotonic() - began
-                    tally.finished_one(took)
-                    display.line(f"caraml: {tag} {status}: {headline(record)}" + (f"  {label}" if label else "")
-                                 + f"  ({tally.clock(took)})")
-                    if stopped:
-                        raise SweepInterrupted(counts, tally.total - n)
-                tally.passed += 1
-                display.advance()
+                    run_here(n, point, lock)
+            for n, point in held:
+                tag, label = f"[{n}/{tally.total}] {point.id}", labels[point.key]
+                lock = _wait_for(locks / f"{point.key}.lock")
+                if lock is None:
+                    passed_over("running", None, f"caraml: {tag} is still running elsewhere (its sweep is gone; "
+                                f"it holds {locks / point.key}.lock), not run" + (f": {label}" if label else ""))
+                    continue
+                record = _newest_since(results, point.id, sweep_began)
+                if record is not None and record.get("status") == "ok":
+                    os.close(lock)
+                    passed_over("ok", record, f"caraml: {tag} ok, run elsewhere: {headline(record)}"
+                                + (f"  {label}" if label else ""))
+                else:
+                    run_here(n, point, lock)
     except SweepInterrupted:
         raise
     except KeyboardInterrupt:  # between points
@@ -315,15 +347,102 @@ def _raise_interrupt(_signum, _frame):
 
 
 def _claim(path: Path) -> int | None:
-    """The point's lock, taken (an open descriptor holding an exclusive flock); None while another process
-    holds it: a point of an earlier sweep still running (an orphan, or another sweep's)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """The point's lock, taken (an open descriptor holding an exclusive flock, the file naming this sweep); None
+    while another process holds it: another sweep's point, or a point whose sweep is gone (still saving its
+    record, or an orphan)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BadInput(f"lock {path} cannot be opened ({exc.strerror or exc}); remove it, or pass another "
+                       f"--results DIR") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    except OSError:  # a full disk: the lock holds all the same, only its owner goes unnamed
+        pass
     return fd
+
+
+def _owner(path: Path) -> tuple[int, str] | None:
+    """The sweep that took the lock (pid, host) as its file says; None where it says none."""
+    try:
+        pid, host = path.read_text().split()
+        return int(pid), host
+    except (OSError, ValueError):
+        return None
+
+
+def _holder(path: Path) -> str:
+    """Who holds a point's lock, for people: "sweep 12 on node1 runs it", "its sweep 12 on node1 is gone"."""
+    owner = _owner(path)
+    if owner is None:
+        return "its sweep is not named"
+    pid, host = owner
+    return f"sweep {pid} on {host} runs it" if _alive(owner) else f"its sweep {pid} on {host} is gone"
+
+
+def _alive(owner: tuple[int, str] | None) -> bool:
+    """Whether the sweep that took a lock still runs (a sweep on another host is taken to)."""
+    if owner is None:
+        return False
+    pid, host = owner
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+WAIT_POLL_S = 0.5  # how often a held lock is tried again
+
+
+def _wait_for(path: Path) -> int | None:
+    """The point's lock once its holder lets it go: a point of another sweep is waited for as long as that
+    sweep runs (it keeps the point's time limit); a point whose sweep is gone was sent SIGTERM when its sweep
+    died, and is given STOP_GRACE_S to save its record. None when it still holds the lock then."""
+    gone_since = None
+    while (lock := _claim(path)) is None:
+        now = time.monotonic()
+        if _alive(_owner(path)):
+            gone_since = None
+        elif gone_since is None:
+            gone_since = now
+        elif now - gone_since > STOP_GRACE_S:
+            return None
+        _pause(WAIT_POLL_S)
+    return lock
+
+
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _newest_since(results: str, point_id: str, since: float) -> dict | None:
+    """The newest readable record of the point's configuration saved since `since` (a time.time()): the one the
+    process that held its lock saved (run ids end in the configuration's id and begin with the start time)."""
+    from caraml.results.store import shape_problem
+
+    runs = Path(results) / "runs"
+    paths = sorted(runs.glob(f"*-{point_id}.json"), reverse=True) if runs.is_dir() else []
+    for path in paths:
+        try:
+            if path.stat().st_mtime < since - 1:  # 1 s: file times lag the clock by a tick
+                continue
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not shape_problem(record):
+            return record
+    return None
 
 
 def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, log: Path,

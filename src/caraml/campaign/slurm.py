@@ -5,6 +5,7 @@ the jobs recorded, and records the jobs that ended without a record. An array's 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -76,12 +78,24 @@ def write_scripts(p: sweep.Plan, results: str, python: str | None) -> list[tuple
     out = []
     for point in sweep.runs(p.points):
         script, log = job_paths(results, point)
-        script.parent.mkdir(parents=True, exist_ok=True)
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(jobscript.render(point, profile, opts, log))
-        script.chmod(0o755)
+        text = jobscript.render(point, profile, opts, log)
+        with _writing(script):
+            script.parent.mkdir(parents=True, exist_ok=True)
+            Path(log).parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(text)
+            script.chmod(0o755)
         out.append((point, script))
     return out
+
+
+@contextlib.contextmanager
+def _writing(script: Path) -> Iterator[None]:
+    """A job script's folder or file that cannot be written (a full disk, a file in a folder's place): one line."""
+    try:
+        yield
+    except OSError as exc:
+        raise BadInput(f"job script {script} cannot be written ({exc.strerror or exc}); free space there or pass "
+                       "another --results DIR") from None
 
 
 def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Path]], throttle: int
@@ -97,7 +111,9 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
         groups.setdefault(shape, []).append((point, script))
     root = Path(results).resolve() / "sweep"
     out = []
-    for shape, members in groups.items():
+    size = max_array_size()  # SLURM's array indices run up to MaxArraySize - 1: a longer array is split
+    arrays = [(shape, members[i:i + size]) for shape, members in groups.items() for i in range(0, len(members), size)]
+    for shape, members in arrays:
         name = array_name(p, [point for point, _ in members])
         limit = f"%{throttle}" if throttle else ""
         text = "\n".join([
@@ -107,7 +123,7 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
             f"#SBATCH --job-name={name}",
             *[f"#SBATCH {line}" for line in shape],
             f"#SBATCH --array=0-{len(members) - 1}{limit}",
-            f"#SBATCH --output={jobscript.q(str(root / 'logs' / 'array-%A_%a.out'))}",
+            f"#SBATCH --output={jobscript.q(jobscript.output_pattern(str(root / 'logs' / 'array-%A_%a.out')))}",
             "",
             "caraml_points=(" + " ".join(jobscript.q(str(script)) for _, script in members) + ")",
             '# exec: the point\'s script becomes the batch shell, so the warning signal reaches its trap',
@@ -115,10 +131,25 @@ def write_arrays(p: sweep.Plan, results: str, scripts: list[tuple[SweepPoint, Pa
             "",
         ])
         path = root / "jobs" / f"{name}.sh"
-        path.write_text(text)
-        path.chmod(0o755)
+        with _writing(path):
+            path.write_text(text)
+            path.chmod(0o755)
         out.append((path, members))
     return out
+
+
+MAX_ARRAY_SIZE = 4_000_001  # the largest MaxArraySize SLURM allows (slurm.conf)
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default, where this machine cannot ask
+
+
+def max_array_size() -> int:
+    """The cluster's MaxArraySize (`scontrol show config`): job arrays hold indices 0 .. MaxArraySize - 1."""
+    if shutil.which("scontrol"):
+        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
+        found = re.search(r"^MaxArraySize\s*=\s*(\d+)", proc.stdout, re.M) if proc.returncode == 0 else None
+        if found and int(found.group(1)) > 0:
+            return int(found.group(1))
+    return DEFAULT_MAX_ARRAY_SIZE
 
 
 def array_name(p: sweep.Plan, points: list[SweepPoint]) -> str:
@@ -174,7 +205,7 @@ def submit(p: sweep.Plan, results: str, resume: bool, python: str | None, array:
         state.update(results, {intent: entry})  # before sbatch: a kill right after it still leaves the job findable
         job_id = sbatch(script)
         # after each job: a failure later still leaves the earlier ones known
-        state.update(results, {job_id: entry | {"state": "submitted"}}, drop=(intent,))
+        _note_submitted(results, {job_id: entry | {"state": "submitted"}}, (intent,), f"job {job_id} ({point.id})")
         counts["submitted"] += 1
         print(f"caraml: {point.key} submitted as job {job_id}", file=sys.stderr)
     return counts
@@ -186,11 +217,21 @@ def _submit_array(p: sweep.Plan, results: str, script: Path, members: list[tuple
                for i, (point, path) in enumerate(members)}
     state.update(results, entries)
     job_id = sbatch(script)
-    state.update(results, {f"{job_id}_{e['array_index']}": e | {"state": "submitted"} for e in entries.values()},
-                 drop=tuple(entries))
+    _note_submitted(results, {f"{job_id}_{e['array_index']}": e | {"state": "submitted"} for e in entries.values()},
+                    tuple(entries), f"job array {job_id} ({len(members)} points)")
     for i, (point, _) in enumerate(members):
         print(f"caraml: {point.key} submitted as job {job_id}_{i}", file=sys.stderr)
     return len(members)
+
+
+def _note_submitted(results: str, jobs: dict, intents: tuple[str, ...], what: str) -> None:
+    """Write down jobs sbatch has just accepted in place of their submissions; where the state cannot be written,
+    the one line says which job was submitted (its submission, written before, lets --continue find it)."""
+    try:
+        state.update(results, jobs, drop=intents)
+    except BadInput as exc:
+        raise BadInput(f"{exc}; {what} was submitted: `caraml sweep --continue --results {results}` finds it by "
+                       "its job name once the state can be written") from None
 
 
 def collect(results: str) -> dict:

@@ -60,8 +60,13 @@ def _shape_problem(data) -> str | None:
 def locked(results: str | Path) -> Iterator[None]:
     """Hold the results folder's sweep-state lock (other sweeps' saves wait for it)."""
     folder = path(results).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK, "a") as lock:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / LOCK, "a")
+    except OSError as exc:
+        raise BadInput(f"sweep state lock {folder / LOCK} cannot be opened ({exc.strerror or exc}); pass another "
+                       "--results DIR") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -99,12 +104,23 @@ def save(results: str | Path, data: dict) -> None:
 
 def _write(results: str | Path, data: dict) -> None:
     p = path(results)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")  # a name of its own
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")  # a name of its own
+    except OSError as exc:
+        raise _unwritable(p, exc) from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(data, indent=1, default=str))
         os.chmod(tmp, 0o644)
         os.replace(tmp, p)  # readers never see half a file
+    except OSError as exc:  # a full disk: the state on disk stays as it was
+        Path(tmp).unlink(missing_ok=True)
+        raise _unwritable(p, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _unwritable(p: Path, exc: OSError) -> BadInput:
+    return BadInput(f"sweep state {p} cannot be written ({exc.strerror or exc}); free space there or pass "
+                    "another --results DIR")

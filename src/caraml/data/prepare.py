@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from caraml.errors import BadInput
+from caraml.measure.stops import Interrupting
 
 BATCH = 1000  # documents tokenized together (the tokenizers library spreads a batch over threads)
 
@@ -86,7 +87,8 @@ def run(args) -> int:
         vocab, merges = vocab or default_vocab, merges or default_merges
     tokenizer = GPT2Tokenizer(vocab, merges)
     skipped = 0
-    with IndexedDatasetWriter(args.output_prefix, dtype_for_vocab(tokenizer.vocab_size)) as writer:
+    # SIGTERM or SIGHUP mid-way: the writer drops its temporary files on the way out, as for Ctrl-C
+    with Interrupting(), IndexedDatasetWriter(args.output_prefix, dtype_for_vocab(tokenizer.vocab_size)) as writer:
         for batch in _batches(documents(path, jsonl, args.json_key), BATCH):
             for ids in tokenizer.encode_batch(batch):
                 if not ids:  # as preprocess_data.py: no tokens, no end-of-document either

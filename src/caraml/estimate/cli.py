@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
-from caraml.errors import BadInput
+from caraml.errors import BadInput, shown
+from caraml.results.store import dumps
 
 GIB = 2 ** 30
+MAX_NODES = 100_000  # more than any machine has: a bigger count is a typo
+MIN_EFFICIENCY = 0.01  # a smaller share of the peak is no estimate of a training run
 
 
 def add_parser(sub) -> None:
@@ -32,18 +33,24 @@ def plan_command(args) -> int:
     from caraml.params import parse_assignments
     from caraml.runner import RunSpec, resolve
 
-    if args.nodes < 1:
-        raise BadInput(f"--nodes {args.nodes} is not valid; give a whole number >= 1")
+    if not 1 <= args.nodes <= MAX_NODES:
+        raise BadInput(f"--nodes {shown(args.nodes, 40)} is not valid; give a whole number from 1 to {MAX_NODES:,}")
     efficiency = estimate.EFFICIENCY if args.efficiency is None else args.efficiency
-    if not 0 < efficiency <= 1:
-        raise BadInput(f"--efficiency {efficiency:g} is not valid; give a share of the peak rate in (0, 1]")
+    if not MIN_EFFICIENCY <= efficiency <= 1:
+        given = repr(efficiency).removesuffix(".0")  # 2, 5e-324
+        raise BadInput(f"--efficiency {given} is not valid; give a share of the peak rate from "
+                       f"{MIN_EFFICIENCY:g} to 1")
     profile = systems.get(args.system)
     run = resolve(RunSpec(args.workload, parse_assignments(args.params), args.preset))
-    devices = args.nodes * int(profile.get("devices_per_node") or 1)
+    per_node = int(profile.get("devices_per_node") or 1)
+    devices = args.nodes * per_node
+    problem = run.workload.launch_problem(run.values, devices)
+    if problem:
+        raise BadInput(f"{run.workload.name}: {problem} ({devices} devices: {per_node} per node of --system "
+                       f"{profile['tag']} x --nodes {args.nodes})")
     est = estimate.estimate(run.workload, run.values, profile, devices, efficiency)
     if args.json:
-        print(json.dumps({"workload": run.workload.name, "preset": args.preset, "system": profile["tag"],
-                          **est}, default=str))
+        print(dumps({"workload": run.workload.name, "preset": args.preset, "system": profile["tag"], **est}))
         return 0
     print(render(run.workload.name, args.preset, run.config, profile, est))
     return 0

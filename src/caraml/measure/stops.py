@@ -47,3 +47,26 @@ class StopRequested:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         return False
+
+
+class Interrupting:
+    """Stop signals raise KeyboardInterrupt while the block runs, whatever they did before: a command that has
+    nothing to save stops where it is and cleans up on the way out (`with` blocks, `finally`)."""
+
+    def __enter__(self):
+        self._old = {}
+        for sig in STOP_SIGNALS:
+            try:
+                self._old[sig] = signal.signal(sig, _interrupt)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def _interrupt(_signum, _frame):
+    raise KeyboardInterrupt

@@ -145,6 +145,11 @@ def load(results: str, warn=True) -> tuple[list[dict], list[str]]:
     store = Store(results)
     if not store.root.is_dir():
         raise BadInput(f"results directory {results} does not exist; run `caraml run ...` first or pass --results DIR")
+    return readable(store, warn)
+
+
+def readable(store, warn=True) -> tuple[list[dict], list[str]]:
+    """The store's records that readers show and the files skipped ("PATH: why"), each named on stderr."""
     skipped = []
     kept = []
     for r in store.load(warn=warn, skipped=skipped):

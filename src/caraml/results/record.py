@@ -12,6 +12,9 @@ SCHEMA_VERSION = 1
 # diverged: the run completed and measured, but its figures describe no training (a loss that is not finite at the
 # end, or an optimizer that never stepped); the record keeps the metrics and says why in `error`
 STATUSES = ("ok", "oom", "failed", "interrupted", "timeout", "diverged")
+# No machine runs a thousand trillion units (images, tokens, samples) a second: a rate above it is an edited or
+# broken record, as is one of 0 or less.
+MAX_THROUGHPUT = 1e15
 REQUIRED = ("schema", "id", "run_id", "workload", "status", "params", "system", "launch", "metrics",
             "env", "started_at", "finished_at", "error")
 
@@ -55,10 +58,12 @@ def validate(record: dict) -> list[str]:
     if record.get("status") not in STATUSES:
         problems.append(f"status {record.get('status')!r} is not one of {', '.join(STATUSES)}")
     metrics = record.get("metrics") or {}
-    if record.get("status") == "ok":
-        tp = metrics.get("throughput") or {}
-        if not isinstance(tp.get("value"), (int, float)) or not tp.get("unit"):
-            problems.append("ok record without throughput value and unit")
+    tp = metrics.get("throughput") if isinstance(metrics.get("throughput"), dict) else {}
+    value = tp.get("value")
+    if record.get("status") == "ok" and (not isinstance(value, (int, float)) or not tp.get("unit")):
+        problems.append("ok record without throughput value and unit")
+    elif isinstance(value, (int, float)) and not 0 < value <= MAX_THROUGHPUT:  # NaN fails too
+        problems.append(f"throughput {value:g} is no measured rate (above 0, at most {MAX_THROUGHPUT:g} per second)")
     return problems
 
 

@@ -8,6 +8,7 @@ copying the peak rates.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -32,24 +33,36 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-# What a field must be, as the error says it, and its check.
-_WHOLE, _NUMBER, _TEXT = "a whole number, e.g. 4", "a number, e.g. 989.4", 'a string in quotes, e.g. "gpu"'
-_TEXTS, _NUMBERS = 'a list of strings, e.g. ["nvml"]', "a table of numbers, e.g. bf16 = 989.4"
+def _whole(v, low: int, high: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+# What a field must be, as the error says it, and its check; every number finite, and of the sign and size it
+# can have (a peak rate of -0.001 would give an ok record with a negative MFU, 0 devices per node none at all).
+_DEVICES, _COUNT = "a whole number from 1 to 1024, e.g. 4", "a whole number, 0 or more, e.g. 72"
+_PORT, _MEMORY = "a port number from 1 to 65535, e.g. 29500", "a number, 0 or more (0: not known), e.g. 80"
+_TEXT = 'a string in quotes, e.g. "gpu"'
+_TEXTS, _RATES = 'a list of strings, e.g. ["nvml"]', "a table of numbers above 0, e.g. bf16 = 989.4"
 _NAMED_TEXTS, _TABLE = 'a table of strings, e.g. all = "a datasheet"', 'a table, e.g. env = {OMP_NUM_THREADS = "8"}'
 _BOOL, _ENV = "true or false", 'a table of strings, e.g. env = {NCCL_IB_TIMEOUT = "50"}'
 _KINDS = {
-    _WHOLE: lambda v: isinstance(v, int) and not isinstance(v, bool),
-    _NUMBER: _number,
+    _DEVICES: lambda v: _whole(v, 1, 1024),
+    _COUNT: lambda v: _whole(v, 0, 2**31 - 1),
+    _PORT: lambda v: _whole(v, 1, 65535),
+    _MEMORY: lambda v: _number(v) and v >= 0,
     _TEXT: lambda v: isinstance(v, str),
     _TEXTS: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-    _NUMBERS: lambda v: isinstance(v, dict) and all(map(_number, v.values())),
-    _NAMED_TEXTS: lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
     _TABLE: lambda v: isinstance(v, dict),
     _BOOL: lambda v: isinstance(v, bool),
-    _ENV: lambda v: isinstance(v, dict) and all(isinstance(x, str) or _number(x) for x in v.values()),
+}
+# Tables whose every entry is checked: each entry's check (a bad entry is named, `peak_tflops.fp32 = -1`).
+_ENTRIES = {
+    _RATES: lambda v: _number(v) and v > 0,
+    _NAMED_TEXTS: lambda v: isinstance(v, str),
+    _ENV: lambda v: isinstance(v, str) or _number(v),
 }
 # Every field a profile may set and what it must be: a site file with `cpus_per_task = "8; ..."` is one line
 # naming the file and the field when it is read, not a ValueError while job scripts are written.
@@ -57,18 +70,31 @@ SITE_FIELDS = {
     **{k: _TEXT for k in ("partition", "account", "constraint", "reservation", "qos", "container_image",
                           "container_dir", "container_python", "container_wheels", "container_envs",
                           "hostname_suffix", "time_limit", "gpu_option", "cpu_bind", "mpi")},
-    **{k: _WHOLE for k in ("gpus_per_node", "cpus_per_task", "signal_before_s", "rdzv_port")},
+    **{k: _COUNT for k in ("gpus_per_node", "cpus_per_task", "signal_before_s")},
+    "rdzv_port": _PORT,
     **{k: _TEXTS for k in ("sbatch_lines", "srun_args", "container_binds", "container_packages")},
     "exclusive": _BOOL, "env": _ENV,
 }
 FIELDS = {
     "tag": _TEXT, "description": _TEXT, "vendor": _TEXT, "accelerator": _TEXT, "match": _TEXTS,
-    "devices_per_node": _WHOLE, "memory_per_device_gb": _NUMBER, "power_methods": _TEXTS,
-    "peak_tflops": _NUMBERS, "peak_source": _NAMED_TEXTS, "site": _TABLE, "site.workloads": _TABLE,
+    "devices_per_node": _DEVICES, "memory_per_device_gb": _MEMORY, "power_methods": _TEXTS,
+    "peak_tflops": _RATES, "peak_source": _NAMED_TEXTS, "site": _TABLE, "site.workloads": _TABLE,
     **{f"site.{k}": kind for k, kind in SITE_FIELDS.items()},
 }
 # caraml plan's link bandwidths, GB/s per device and direction (intra_node, inter_node), and their sources
-FIELDS.update({"links_gbps": _NUMBERS, "links_source": _NAMED_TEXTS})
+FIELDS.update({"links_gbps": _RATES, "links_source": _NAMED_TEXTS})
+
+
+def _problem(key: str, value, kind: str) -> str | None:
+    """What is wrong with a field's value (`key = value is not valid; ...`); None when it is what `kind` says."""
+    if kind in _ENTRIES:
+        if not isinstance(value, dict):
+            return f"{key} = {shown(value, 60)} is not valid; it must be {kind}"
+        bad = next((name for name, entry in value.items() if not _ENTRIES[kind](entry)), None)
+        if bad is None:
+            return None
+        return f"{key}.{bad} = {shown(value[bad], 60)} is not valid; {key} must be {kind}"
+    return None if _KINDS[kind](value) else f"{key} = {shown(value, 60)} is not valid; it must be {kind}"
 
 
 def _toml():
@@ -101,8 +127,9 @@ def _read(path: Path) -> dict:
         value = data
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if value is not None and not _KINDS[kind](value):
-            raise BadInput(f"system profile {path}: {key} = {shown(value, 60)} is not valid; it must be {kind}")
+        problem = None if value is None else _problem(key, value, kind)
+        if problem:
+            raise BadInput(f"system profile {path}: {problem}")
     for pattern in data.get("match", []):
         try:
             re.compile(pattern)

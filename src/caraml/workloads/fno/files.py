@@ -78,12 +78,20 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
     if seed < 0:
         raise BadInput(f"--seed {seed}: the seed must be a whole number >= 0")
     folder = Path(out_dir).expanduser()
-    size = synthetic_bytes(problem, samples, spatial)
+    shape = f"--grid {shape_text(spatial)}" if problem.kind == "grid" else f"--particles {spatial[0]}"
+    memory, room = sample_memory(problem, spatial), available_memory()
+    if room is not None and memory > MEMORY_SHARE * room:  # made a sample at a time: one must fit
+        raise BadInput(f"{shape}: one {problem.name} sample takes {_size(memory)} of memory to write, more than the "
+                       f"{_size(MEMORY_SHARE * room)} it may use ({MEMORY_SHARE:.0%} of the {_size(room)} available); "
+                       f"use a smaller {_smaller(problem, spatial, MEMORY_SHARE * room / memory)}")
+    size, per_sample = synthetic_bytes(problem, samples, spatial), synthetic_bytes(problem, 1, spatial)
     free = _free_space(folder)
     if free is not None and size > free:
-        raise BadInput(f"--samples {samples}: the {problem.name} file would take {_size(size)} "
-                       f"({_size(synthetic_bytes(problem, 1, spatial))} a sample), more than the {_size(free)} free "
-                       f"in {folder}; use at most --samples {max(2, free // synthetic_bytes(problem, 1, spatial))}")
+        fit = free // per_sample
+        raise BadInput(f"{f'--samples {samples}' if fit >= 2 else shape}: the {problem.name} file would take "
+                       f"{_size(size)} ({_size(per_sample)} a sample), more than the {_size(free)} free in {folder}; "
+                       + (f"use at most --samples {fit}" if fit >= 2 else
+                          f"use a smaller {_smaller(problem, spatial, free / (2 * per_sample))}"))
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
@@ -118,10 +126,28 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
         done = True
     except (OSError, RuntimeError, ValueError, OverflowError) as exc:  # h5py reports a full disk as any of these
         raise BadInput(f"cannot write {path}: {getattr(exc, 'strerror', None) or _first_line(exc)}") from None
+    except MemoryError:  # a limit the check above could not see
+        raise BadInput(f"{shape}: one {problem.name} sample ({_size(memory)}) does not fit in the memory this process "
+                       f"may use; use a smaller {_smaller(problem, spatial, 0.5)}") from None
     finally:
         if not done:
             tmp.unlink(missing_ok=True)
     return path
+
+
+def sample_memory(problem: Problem, spatial: tuple[int, ...]) -> int:
+    """Bytes one synthetic sample takes while it is made: its float32 inputs and outputs, and a PIC sample's
+    positions drawn as float64."""
+    return synthetic_bytes(problem, 1, spatial) + 8 * problem.position_channels * math.prod(spatial)
+
+
+def _smaller(problem: Problem, spatial: tuple[int, ...], share: float) -> str:
+    """The option that makes a sample at most `share` (< 1) of its size: "grid, e.g. --grid 1000x1000" or
+    "number of particles, e.g. --particles 5000"."""
+    if problem.kind == "grid":
+        scale = share ** (1 / len(spatial))
+        return "grid, e.g. --grid " + shape_text(max(1, math.floor(n * scale)) for n in spatial)
+    return f"number of particles, e.g. --particles {max(1, math.floor(spatial[0] * share))}"
 
 
 def _free_space(folder: Path) -> int | None:
@@ -256,15 +282,59 @@ FLOAT_DTYPES = ("float32", "float64", "float16")  # float32 is read as it is, th
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available now (Linux: MemAvailable), or None when unknown."""
+    """Bytes of memory this process may still take (Linux), or None when unknown: the least of the machine's
+    MemAvailable, what its cgroup's limit leaves, and what its address-space limit (`ulimit -v`) leaves."""
+    known = [room for room in (_meminfo("MemAvailable", "/proc/meminfo"), _cgroup_room(), _address_space_room())
+             if room is not None]
+    return max(0, min(known)) if known else None
+
+
+def _meminfo(key: str, path: str) -> int | None:
+    """A `Key: N kB` line of /proc/meminfo or /proc/self/status, in bytes."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _cgroup_room() -> int | None:
+    """The memory limit of this process's cgroup (v2: memory.max; v1: memory.limit_in_bytes) less its usage."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            entries = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, where in (e for e in entries if len(e) == 3):
+        base = ("/sys/fs/cgroup" if controllers == "" else "/sys/fs/cgroup/memory" if "memory" in controllers.split(",")
+                else None)
+        files = ("memory.max", "memory.current") if controllers == "" else ("memory.limit_in_bytes",
+                                                                             "memory.usage_in_bytes")
+        if base is None:
+            continue
+        for folder in (Path(base + where), Path(base)):  # in a container the cgroup's own folder is the root
+            try:
+                limit, used = ((folder / name).read_text().strip() for name in files)
+            except OSError:
+                continue
+            if limit.isdigit() and used.isdigit() and int(limit) < 2 ** 60:  # "max" or v1's huge number: no limit
+                return int(limit) - int(used)
+            break
+    return None
+
+
+def _address_space_room() -> int | None:
+    """What `ulimit -v` (RLIMIT_AS) leaves above the address space this process holds now."""
+    import resource
+
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    held = _meminfo("VmSize", "/proc/self/status")
+    if limit == resource.RLIM_INFINITY or held is None:
+        return None
+    return limit - held
 
 
 def _size(n: float) -> str:

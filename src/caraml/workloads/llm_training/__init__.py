@@ -95,8 +95,8 @@ def speed_problem(cfg: TrainingConfig, dp: int) -> str | None:
     c, tp, pp = cfg.compute, cfg.parallel.tp, cfg.parallel.pp
     if c.precision == "fp8" and fp8.layout_problem(tp):
         return fp8.layout_problem(tp)
-    if c.fp8_fast_accum and c.precision != "fp8":
-        return f"fp8_fast_accum=true applies to precision=fp8's float8 products; this run has precision={c.precision}"
+    if c.precision != "fp8" and fp8.settings_problem(c):
+        return fp8.settings_problem(c)
     if c.precision == "fp8" and c.gelu_epilogue:
         return "gelu_epilogue=true would bypass precision=fp8's float8 MLP layer: use one of them"
     if c.gelu_epilogue and cfg.model.activation != "gelu":

@@ -20,6 +20,24 @@ RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 MIN_CAPABILITY = (8, 9)  # Ada and Hopper: the first with float8 tensor cores
 
 
+SETTINGS = ("fp8_recipe", "fp8_fast_accum")  # what only precision=fp8 uses (ComputeConfig's fields)
+
+
+def settings_problem(compute) -> str | None:
+    """An fp8-only setting moved off its default (ComputeConfig's) in a run without precision=fp8, in one line: it
+    would change nothing but the configuration's id. None when there is none."""
+    from dataclasses import fields
+
+    defaults = {f.name: f.default for f in fields(compute)}
+    for name in SETTINGS:
+        value = getattr(compute, name)
+        if value != defaults[name]:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            return (f"{name}={shown} applies to precision=fp8's float8 products; this run has "
+                    f"precision={compute.precision}")
+    return None
+
+
 def mfu_also(precision: str) -> tuple:
     """The peaks MFU is stated against besides the precision's own: fp8 training's against bf16's too (only the
     blocks' products run in fp8)."""
