@@ -85,7 +85,10 @@ def _points(point_id, repeats):
                        repeats=repeats)]
 
 
-def test_slurm_gives_each_repeat_a_job_of_its_own(tmp_path):
+def test_slurm_gives_each_repeat_a_job_of_its_own(tmp_path, monkeypatch):
+    from caraml.campaign import slurm
+
+    monkeypatch.setattr(slurm, "max_array_size", lambda: slurm.DEFAULT_MAX_ARRAY_SIZE)  # no cluster to ask here
     results = tmp_path / "results"
     cli("sweep", _suite(tmp_path, "2"), "--system", "CPU", "--executor", "slurm", "--dry-run", "--results", results,
         check=0)

@@ -145,7 +145,10 @@ DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default, where this machine cannot ask
 def max_array_size() -> int:
     """The cluster's MaxArraySize (`scontrol show config`): job arrays hold indices 0 .. MaxArraySize - 1."""
     if shutil.which("scontrol"):
-        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
+        try:
+            proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:  # no controller answering: SLURM's default
+            return DEFAULT_MAX_ARRAY_SIZE
         found = re.search(r"^MaxArraySize\s*=\s*(\d+)", proc.stdout, re.M) if proc.returncode == 0 else None
         if found and int(found.group(1)) > 0:
             return int(found.group(1))
