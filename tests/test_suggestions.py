@@ -71,3 +71,18 @@ def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsy
     assert cli.main(base + ["--system", "H100", "--force-system", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["system"]["tag"] == "H100" and record["system"]["forced"] is True
+
+
+def test_a_local_sweep_whose_system_the_device_contradicts_is_refused_before_its_first_point(results, capsys,
+                                                                                            monkeypatch):
+    from caraml import cli
+    from caraml.campaign import local
+
+    started = []
+    monkeypatch.setattr(local, "_run_point", lambda point, *rest: started.append(point.id) or ("failed", False, {}))
+    assert cli.main(["sweep", "image_classification", "--tag", "H100", "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and not started, (err, started)
+    assert "--system H100 names NVIDIA H100 PCIe GPUs, but this run is on the CPU" in err
+    assert "--system CPU (or --tag CPU in place of --tag H100)" in err
+    assert not (results / "sweep").exists()

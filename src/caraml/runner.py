@@ -66,17 +66,26 @@ def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
     return run.workload, run.values
 
 
-def _pick_device(choice: str, dist):
+def device_for(choice: str, local_rank: int = 0):
+    """The device a run with device=`choice` uses on this machine as local rank `local_rank`."""
     import torch
 
     if choice == "cuda" and not torch.cuda.is_available():
         raise BadInput("device=cuda was asked for but torch sees no GPU; use device=cpu or device=auto")
     if choice in ("cuda", "auto") and torch.cuda.is_available():
-        if dist.local_rank >= torch.cuda.device_count():
-            raise BadInput(f"local rank {dist.local_rank} has no GPU: only {torch.cuda.device_count()} visible")
-        torch.cuda.set_device(dist.local_rank)
-        return torch.device("cuda", dist.local_rank)
+        if local_rank >= torch.cuda.device_count():
+            raise BadInput(f"local rank {local_rank} has no GPU: only {torch.cuda.device_count()} visible")
+        return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def _pick_device(choice: str, dist):
+    device = device_for(choice, dist.local_rank)
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)
+    return device
 
 
 @dataclass
@@ -113,10 +122,9 @@ def _set_up(spec: RunSpec) -> _Setup:
         wl.check_device(run.config, device)
     tag = systems.get(spec.system)["tag"] if spec.system else systems.detect(device)
     profile = systems.get(tag)
-    problem = systems.contradiction(profile, device) if spec.system and not spec.force_system else None
-    if problem:
-        raise BadInput(f"{problem}; drop --system to use the detected {systems.detect(device)}, or add "
-                       "--force-system to record this run as that system anyway")
+    if spec.system and not spec.force_system:
+        systems.require_fits(profile, device, "drop --system to use the detected {detected}, or add "
+                                              "--force-system to record this run as that system anyway")
     return _Setup(run, dist, dims, device, tag, profile)
 
 
