@@ -45,19 +45,16 @@ class Resolved:
     config: Any
     measure: MeasureSettings
     power: PowerSettings
+    preset: str | None = None  # the preset's name as the workload spells it
 
 
 def resolve(spec: RunSpec) -> Resolved:
     """Every effective parameter, typed and checked (imports no torch unless a check needs it)."""
     wl = workloads.get(spec.workload)
-    preset = None
-    if spec.preset is not None:
-        if spec.preset not in wl.presets:
-            raise BadInput(f"{wl.name}: unknown preset '{spec.preset}'; choose one of: " + ", ".join(wl.presets))
-        preset = wl.presets[spec.preset]
-    values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, preset)
+    name = workloads.preset_named(wl, spec.preset) if spec.preset is not None else None
+    values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, wl.presets[name] if name else None)
     return Resolved(wl, values, wl.config_of(values), MeasureSettings.from_params(values),
-                    PowerSettings.from_params(values))
+                    PowerSettings.from_params(values), name)
 
 
 def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
@@ -226,7 +223,7 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
         setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,
                                                     **({"forced": True} if spec.force_system else {}),
                                                     "profile": setup.profile},
-        launch, preset=spec.preset, env=env_mod.collect())
+        launch, preset=setup.run.preset, env=env_mod.collect())
     if not dist.is_main:
         record.run_id += f"-rank{dist.rank}"
     return record
