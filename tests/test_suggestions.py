@@ -130,6 +130,7 @@ def test_a_preset_in_another_case_is_the_workloads():
     (["result", "--workload", "image_clasification"], "did you mean image_classification?"),
     (["result", "--where", "precison=fp32"], "did you mean precision?"),
     (["compare", "--by", "precison"], "did you mean precision?"),
+    (["result", "--where", "precision=fp64"], "match precision=fp64; did you mean fp32?"),
 ])
 def test_a_mistyped_key_of_the_results_is_answered_with_the_close_one_alone(argv, answer, results, capsys):
     import handmade

@@ -56,6 +56,7 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
                                                          "(launch.world_size, metrics.energy.reason), e.g. one of: "
                                                          + ", ".join(known))
             raise BadInput(f"--where: unknown key '{shown(key)}'; {hint}")
+    everything = dict(by_workload)
     for name, points in list(by_workload.items()):
         columns = columns_of(name, points)
         kept = cols.where(points, columns, pairs)
@@ -66,8 +67,22 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
     if not by_workload:
         text = " ".join(f"{k}={v}" for k, v in parse_where(where))
         raise BadInput(f"no runs in {results} match {shown(text) or 'the selection'}"
-                       + (f" (workload {workload})" if workload else ""))
+                       + (f" (workload {workload})" if workload else "") + _close_value(everything, pairs))
     return Selection(results, dict(sorted(by_workload.items())), skipped)
+
+
+def _close_value(by_workload: dict[str, list[Point]], pairs: list[tuple[str, str]]) -> str:
+    """"; did you mean V?" for the first --where pair that no run matches, V the closest of its key's values."""
+    for key, wanted in pairs:
+        values, found = set(), False
+        for name, points in by_workload.items():
+            columns = columns_of(name, points)
+            found = found or bool(cols.where(points, columns, [(key, wanted)]))
+            values |= {str(v) for known, v in (cols.lookup(p, columns, key) for p in points) if known and v is not None}
+        if not found:
+            hint = did_you_mean(wanted, sorted(values)).rstrip()
+            return f"; {hint}" if hint else ""
+    return ""
 
 
 def _knows(workload: str, points: list[Point], key: str) -> bool:
