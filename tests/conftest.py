@@ -28,7 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # In-process imports test this tree too, not an installed copy of caraml elsewhere.
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
-SHARED_DATA = ROOT.parent / "shared" / "data"
+SHARED_DATA = ROOT.parent / "shared" / "data"  # CARAML's real files, beside the project (see its README.md)
+
+
+def needs_shared_data(*names: str):
+    """Skip the test when one of `names` is not in SHARED_DATA, saying so in pytest's -ra summary (a fresh clone
+    has no ../shared/data): the reason names the folder and what is missing."""
+    missing = [name for name in names if not (SHARED_DATA / name).is_file()]
+    return pytest.mark.skipif(bool(missing), reason=f"real data absent: {', '.join(missing)} not in {SHARED_DATA} "
+                                                    "(CARAML's reference files, beside the project)")
 # Bounds on a hang only: under load (2 cores, load average 14) the events come late, never this late.
 HANG_S = 600
 # Threads of a started `caraml` (and of this process's torch): the cores shared among pytest-xdist's workers, at most 2.

@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, caraml, cli, cli_env
+from conftest import SHARED_DATA, caraml, cli, cli_env, needs_shared_data
 
 from caraml.data.megatron import GPTSamples, IndexedDataset, IndexedDatasetWriter, locate, read_index
 from caraml.data.tokenizer import GPT2Tokenizer
@@ -17,9 +17,8 @@ from caraml.errors import BadInput
 
 REAL_IDX = SHARED_DATA / "oscar_text_document.idx"
 REAL_VOCAB, REAL_MERGES = SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt"
-needs_real_index = pytest.mark.skipif(not REAL_IDX.is_file(), reason=f"{REAL_IDX} is not there")
-needs_real_bpe = pytest.mark.skipif(not (REAL_VOCAB.is_file() and REAL_MERGES.is_file()),
-                                    reason=f"no GPT-2 vocab/merges in {SHARED_DATA}")
+needs_real_index = needs_shared_data(REAL_IDX.name)
+needs_real_bpe = needs_shared_data(REAL_VOCAB.name, REAL_MERGES.name)
 
 
 def write(prefix, docs, dtype=np.uint16):

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import cli
+from conftest import cli, needs_shared_data
 
 from caraml.data.megatron import IndexedDataset, IndexedDatasetWriter, token_id_range
 from caraml.errors import BadInput
@@ -188,14 +188,13 @@ def test_only_rank_0_exits_non_zero_for_a_status_all_ranks_agree_on(monkeypatch,
         assert cli_mod._run(args) == want, (status, main)
 
 
+@needs_shared_data("gpt2-vocab.json", "gpt2-merges.txt")
 def test_the_readme_own_data_path_under_the_smoke_preset_says_which_vocab_size_fits(tmp_path):
     """Issue 22, 1: `caraml data prepare corpus.txt` (GPT-2 ids, with <|endoftext|> = 50256), then the smoke
     preset (vocab_size=500) on it: refused before training, naming vocab_size=50257; with it the run trains."""
     from conftest import SHARED_DATA
 
     vocab, merges = SHARED_DATA / "gpt2-vocab.json", SHARED_DATA / "gpt2-merges.txt"
-    if not (vocab.is_file() and merges.is_file()):
-        pytest.skip("the GPT-2 tokenizer files are absent")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"Document {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(40)))
     prefix = tmp_path / "corpus"

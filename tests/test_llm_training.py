@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, ROOT, SHARED_DATA, caraml, cli_env
+from conftest import HANG_S, ROOT, SHARED_DATA, caraml, cli_env, needs_shared_data
 
 from caraml.errors import BadInput
 from caraml.kit import torch_features
@@ -376,10 +376,9 @@ def test_oscar_data_through_the_megatron_reader(tmp_path):
     assert record["status"] == "ok" and record["metrics"]["loss"]["finite"]
 
 
+@needs_shared_data("oscar_text_document.idx")
 def test_shared_oscar_index_is_readable_when_present():
     idx = SHARED_DATA / "oscar_text_document.idx"
-    if not idx.exists():
-        pytest.skip(f"{idx} is absent")
     head = idx.read_bytes()[:34]
     assert head[:9] == b"MMIDIDX\x00\x00" and struct.unpack("<Q", head[9:17])[0] == 1 and head[17] == 8
     assert struct.unpack("<Q", head[18:26])[0] == 790  # the format write_megatron_dataset writes

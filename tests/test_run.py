@@ -96,7 +96,7 @@ def test_inductor_whole_step(results):
 @pytest.mark.parametrize("args, needle", [
     (("run", "nosuch"), "unknown workload 'nosuch'; choose one of: fno, image_classification, llm_training"),
     (("run", "image_classification", "precision=fp64"),
-     "precision=fp64 is not valid; did you mean fp16? choose one of: fp32, tf32"),
+     "precision=fp64 is not valid; did you mean fp32? choose one of: fp32, tf32"),
     (("run", "image_classification", "compile_mode=fast"), "compile_mode=fast is not valid; choose one of: default"),
     (("run", "image_classification", "batch_size=big"), "batch_size=big is not an integer"),
     (("run", "image_classification", "batch_size=0"), "batch_size=0 is too small"),

@@ -71,3 +71,74 @@ def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsy
     assert cli.main(base + ["--system", "H100", "--force-system", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["system"]["tag"] == "H100" and record["system"]["forced"] is True
+
+
+def test_a_local_sweep_whose_system_the_device_contradicts_is_refused_before_its_first_point(results, capsys,
+                                                                                            monkeypatch):
+    from caraml import cli
+    from caraml.campaign import local
+
+    started = []
+    monkeypatch.setattr(local, "_run_point", lambda point, *rest: started.append(point.id) or ("failed", False, {}))
+    assert cli.main(["sweep", "image_classification", "--tag", "H100", "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and not started, (err, started)
+    assert "--system H100 names NVIDIA H100 PCIe GPUs, but this run is on the CPU" in err
+    assert "--system CPU (or --tag CPU in place of --tag H100)" in err
+    assert not (results / "sweep").exists()
+
+
+def test_a_width_of_the_family_is_answered_with_the_nearest_width_and_a_prefix_with_the_names_it_begins():
+    precisions = ["fp32", "tf32", "fp16", "bf16", "16.16", "16.32", "32.32"]
+    assert did_you_mean("fp64", precisions) == "did you mean fp32? "
+    assert did_you_mean("fp8", precisions) == "did you mean fp16? "
+    assert did_you_mean("fp3", precisions) == "did you mean fp32? "
+    assert did_you_mean("bf61", precisions) == "did you mean bf16? "
+    fno = ["smoke-PIC1D", "smoke-PIC2D", "smoke-RBC2D", "smoke-RBC3D", "PIC1D", "PIC2D", "RBC2D", "RBC3D"]
+    assert did_you_mean("smoke", fno) == "did you mean one of smoke-PIC1D, smoke-PIC2D, smoke-RBC2D, smoke-RBC3D? "
+
+
+@pytest.mark.parametrize("argv, answer", [
+    (["run", "image_clasification"], "did you mean image_classification?"),
+    (["sweep", "image_clasification", "--dry-run"], "did you mean image_classification?"),
+    (["run", "image_classification", "--preset", "smok"], "did you mean smoke?"),
+    (["run", "fno", "--preset", "smoke"], "did you mean one of smoke-PIC1D, smoke-PIC2D, smoke-RBC2D, smoke-RBC3D?"),
+    (["launch", "fno", "--preset", "smoke", "--system", "CPU", "--show"], "did you mean one of smoke-PIC1D,"),
+    (["run", "image_classification", "precision=fp64"], "did you mean fp32?"),
+    (["plot", "throughtput"], "did you mean throughput?"),
+])
+def test_a_mistyped_name_anywhere_is_answered_with_the_right_one(argv, answer, results, capsys):
+    from caraml import cli
+
+    assert cli.main(argv + ["--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and answer in err, err
+
+
+def test_a_preset_in_another_case_is_the_workloads():
+    from caraml.campaign import sweep
+    from caraml.runner import RunSpec, resolve
+
+    assert resolve(RunSpec("image_classification", {}, preset="Smoke")).preset == "smoke"
+    assert resolve(RunSpec("fno", {}, preset="smoke-pic1d")).preset == "smoke-PIC1D"
+    assert resolve(RunSpec("llm_training", {}, preset="13b")).preset == "13B"
+    plan = sweep.plan("image_classification", [], "CPU", {}, preset="SMOKE")
+    assert {p.preset for p in plan.points} == {"smoke"}
+
+
+@pytest.mark.parametrize("argv, answer", [
+    (["result", "--workload", "image_clasification"], "did you mean image_classification?"),
+    (["result", "--where", "precison=fp32"], "did you mean precision?"),
+    (["compare", "--by", "precison"], "did you mean precision?"),
+    (["result", "--where", "precision=fp64"], "match precision=fp64; did you mean fp32?"),
+])
+def test_a_mistyped_key_of_the_results_is_answered_with_the_close_one_alone(argv, answer, results, capsys):
+    import handmade
+
+    from caraml import cli
+
+    handmade.write(results, handmade.image("H100", 64, "bf16", 2400.0))
+    handmade.write(results, handmade.image("H100", 64, "fp32", 1200.0))
+    assert cli.main(argv + ["--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and answer in err and "batch_size" not in err, err

@@ -41,16 +41,42 @@ def printable(text: str, keep: str = "") -> str:
 
 
 def did_you_mean(word, candidates) -> str:
-    """"did you mean X? " for the closest of `candidates` to a mistyped `word` (the same word in another case
-    first, then difflib's closest match), or "" when nothing is close."""
+    """"did you mean X? " for the closest of `candidates` to a mistyped `word`, or "" when nothing is close:
+    the same word in another case; the names that extend it (`smoke` -> `smoke-PIC1D, smoke-RBC2D`); within a
+    family of widths (`fp64` among fp32, fp16) a misspelt width's own, else the nearest width; difflib's closest."""
     import difflib
 
     names = [str(c) for c in candidates]
     text = str(word)
-    same = [n for n in names if n.lower() == text.lower()]
-    close = same or difflib.get_close_matches(text, names, n=1, cutoff=0.6) or \
-        difflib.get_close_matches(text.lower(), [n.lower() for n in names], n=1, cutoff=0.6)
+    lower = text.lower()
+    close = [n for n in names if n.lower() == lower] or _nearest_width(text, names)
+    if not close:
+        longer = [n for n in names if n.lower().startswith(lower) and n[len(text):][:1] in "-_."] if text else []
+        if len(longer) > 1:
+            return f"did you mean one of {shown(', '.join(longer), 200)}? "
+        close = longer or difflib.get_close_matches(text, names, n=1, cutoff=0.6) or \
+            difflib.get_close_matches(lower, [n.lower() for n in names], n=1, cutoff=0.6)
     if not close:
         return ""
     best = next((n for n in names if n.lower() == close[0].lower()), close[0])
     return f"did you mean {shown(best, 60)}? "
+
+
+_WIDTH = re.compile(r"([A-Za-z]+)(\d+)")
+
+
+def _nearest_width(word: str, names: list[str]) -> list[str]:
+    """The name of `word`'s family (letters then a width: fp64, bf16, H100) that it misspells (bf61 -> bf16,
+    H10 -> H100), else the one of the nearest width (fp64 -> fp32 rather than the closer-spelt fp16)."""
+    import difflib
+
+    mine = _WIDTH.fullmatch(word)
+    if not mine:
+        return []
+    widths = [(n, _WIDTH.fullmatch(n)) for n in names]
+    family = [(n, m.group(2)) for n, m in widths if m and m.group(1).lower() == mine.group(1).lower()]
+    digits = mine.group(2)
+    misspelt = [n for n, d in family if sorted(d) == sorted(digits) or d.startswith(digits) or digits.startswith(d)]
+    if misspelt:
+        return difflib.get_close_matches(word, misspelt, n=1, cutoff=0) or misspelt[:1]
+    return [min(family, key=lambda nd: abs(int(nd[1]) - int(digits)))[0]] if family else []

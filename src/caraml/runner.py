@@ -45,19 +45,16 @@ class Resolved:
     config: Any
     measure: MeasureSettings
     power: PowerSettings
+    preset: str | None = None  # the preset's name as the workload spells it
 
 
 def resolve(spec: RunSpec) -> Resolved:
     """Every effective parameter, typed and checked (imports no torch unless a check needs it)."""
     wl = workloads.get(spec.workload)
-    preset = None
-    if spec.preset is not None:
-        if spec.preset not in wl.presets:
-            raise BadInput(f"{wl.name}: unknown preset '{spec.preset}'; choose one of: " + ", ".join(wl.presets))
-        preset = wl.presets[spec.preset]
-    values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, preset)
+    name = workloads.preset_named(wl, spec.preset) if spec.preset is not None else None
+    values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, wl.presets[name] if name else None)
     return Resolved(wl, values, wl.config_of(values), MeasureSettings.from_params(values),
-                    PowerSettings.from_params(values))
+                    PowerSettings.from_params(values), name)
 
 
 def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
@@ -66,17 +63,26 @@ def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:
     return run.workload, run.values
 
 
-def _pick_device(choice: str, dist):
+def device_for(choice: str, local_rank: int = 0):
+    """The device a run with device=`choice` uses on this machine as local rank `local_rank`."""
     import torch
 
     if choice == "cuda" and not torch.cuda.is_available():
         raise BadInput("device=cuda was asked for but torch sees no GPU; use device=cpu or device=auto")
     if choice in ("cuda", "auto") and torch.cuda.is_available():
-        if dist.local_rank >= torch.cuda.device_count():
-            raise BadInput(f"local rank {dist.local_rank} has no GPU: only {torch.cuda.device_count()} visible")
-        torch.cuda.set_device(dist.local_rank)
-        return torch.device("cuda", dist.local_rank)
+        if local_rank >= torch.cuda.device_count():
+            raise BadInput(f"local rank {local_rank} has no GPU: only {torch.cuda.device_count()} visible")
+        return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def _pick_device(choice: str, dist):
+    device = device_for(choice, dist.local_rank)
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)
+    return device
 
 
 @dataclass
@@ -113,10 +119,9 @@ def _set_up(spec: RunSpec) -> _Setup:
         wl.check_device(run.config, device)
     tag = systems.get(spec.system)["tag"] if spec.system else systems.detect(device)
     profile = systems.get(tag)
-    problem = systems.contradiction(profile, device) if spec.system and not spec.force_system else None
-    if problem:
-        raise BadInput(f"{problem}; drop --system to use the detected {systems.detect(device)}, or add "
-                       "--force-system to record this run as that system anyway")
+    if spec.system and not spec.force_system:
+        systems.require_fits(profile, device, "drop --system to use the detected {detected}, or add "
+                                              "--force-system to record this run as that system anyway")
     return _Setup(run, dist, dims, device, tag, profile)
 
 
@@ -224,7 +229,7 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
         setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,
                                                     **({"forced": True} if spec.force_system else {}),
                                                     "profile": setup.profile},
-        launch, preset=spec.preset, env=env_mod.collect())
+        launch, preset=setup.run.preset, env=env_mod.collect())
     if not dist.is_main:
         record.run_id += f"-rank{dist.rank}"
     return record

@@ -88,6 +88,7 @@ def resolved_view(workload: str, assignments: list[str], preset_name: str | None
     run = resolve(RunSpec(workload=workload, params=given, preset=preset_name))
     wl = run.workload
     given = params_mod.canonical(wl.params + RUN_PARAMS, given, wl.name)
+    preset_name = run.preset
     preset = wl.presets.get(preset_name, {}) if preset_name else {}
 
     def origin(p):

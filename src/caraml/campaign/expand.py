@@ -91,9 +91,11 @@ def expand(suite: Suite, active: set[str], system: str, max_points: int = MAX_PO
     wl = workloads.get(suite.workload)
     declared = {p.name: p for p in _declared(suite)}
     profile = systems.get(system)
-    if suite.preset is not None and suite.preset not in wl.presets:
-        raise BadInput(f"suite {suite.name}: unknown preset '{shown(suite.preset)}' of {wl.name}; choose one of: "
-                       + ", ".join(wl.presets))
+    if suite.preset is not None:
+        try:  # spelt as the workload spells it, in the points and their records
+            suite.preset = workloads.preset_named(wl, suite.preset)
+        except BadInput as exc:
+            raise BadInput(f"suite {suite.name}: {exc}") from None
     preset = wl.presets.get(suite.preset) if suite.preset else None
     for name in suite.entries["params"]:
         if name not in declared:

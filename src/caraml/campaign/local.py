@@ -89,6 +89,7 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     record (the one it saved, or for a run skipped as already ok an ok one of its configuration) is appended to
     `records` when given."""
     sweep.check_runnable(p)
+    sweep.check_system_here(p)
     for point in p.points:
         if point.nodes > 1:
             raise BadInput(f"point {point.id} asks for {point.nodes} nodes; run it with --executor slurm")

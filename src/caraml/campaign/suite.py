@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from caraml.campaign import tags as tag_expr
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 
 SECTIONS = ("params", "vars", "launch", "derived")
 TOP_KEYS = {"workload", "description", "preset", "tags"} | set(SECTIONS)
@@ -73,7 +73,8 @@ def find(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
-    raise BadInput(f"suite '{shown(name_or_path)}' is neither a shipped suite ({', '.join(sorted(table))}) nor a file")
+    raise BadInput(f"suite '{shown(name_or_path)}' is neither a shipped suite nor a file; "
+                   f"{did_you_mean(name_or_path, table)}shipped suites: {', '.join(sorted(table))}")
 
 
 def load(name_or_path: str) -> Suite:

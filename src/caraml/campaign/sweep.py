@@ -93,6 +93,17 @@ def check_runnable(p: Plan) -> None:
     workloads.require_built(workloads.get(p.suite.workload))
 
 
+def check_system_here(p: Plan) -> None:
+    """Refuse a sweep run on this machine whose system profile its device contradicts, once before the first
+    point, as each point's own run would refuse it after its start-up."""
+    from caraml.runner import device_for
+
+    for choice in sorted({str(point.params.get("device", "auto")) for point in p.points}):
+        systems.require_fits(systems.get(p.system), device_for(choice),
+                             "run the sweep as this machine's {detected}: --system {detected} (or --tag {detected}"
+                             f" in place of --tag {p.system})")
+
+
 def missing_record(point: dict, status: str, error: str, job_id: str | None = None,
                    started_at: str | None = None) -> dict:
     """A record for a point that ended without writing its own (died, killed, timed out): the same layout as a

@@ -14,13 +14,16 @@ from caraml.errors import BadInput
 
 EOD = "<|endoftext|>"
 VOCAB_FILE, MERGES_FILE = "gpt2-vocab.json", "gpt2-merges.txt"
+# Where Megatron-LM's instructions (and CARAML's data set-up) fetch the two files: GPT-2's own, MIT-licensed.
+SOURCE = "https://s3.amazonaws.com/models.huggingface.co/bert/"
+FETCH = f"fetch them with: wget {SOURCE}{VOCAB_FILE} {SOURCE}{MERGES_FILE}"
 
 
 def default_files(data_root: str | None) -> tuple[Path, Path]:
     """gpt2-vocab.json and gpt2-merges.txt in data_root (CARAML_DATA)."""
     if not data_root:
         raise BadInput(f"no tokenizer files: pass --vocab {VOCAB_FILE} --merges {MERGES_FILE}, or set CARAML_DATA "
-                       f"to the folder that holds them")
+                       f"to the folder that holds them; {FETCH}")
     return Path(data_root) / VOCAB_FILE, Path(data_root) / MERGES_FILE
 
 
@@ -34,7 +37,7 @@ class GPT2Tokenizer:
         for path, kind in ((vocab_file, VOCAB_FILE), (merges_file, MERGES_FILE)):
             if not path.is_file():
                 raise BadInput(f"{path} does not exist; expected the GPT-2 {kind} that Megatron's "
-                               f"GPT2BPETokenizer reads")
+                               f"GPT2BPETokenizer reads; {FETCH}")
         try:
             vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from caraml.errors import BadInput, printable, shown
+from caraml.errors import BadInput, did_you_mean, printable, shown
 
 
 def add_parsers(sub, results_default: str) -> None:
@@ -105,7 +105,8 @@ def _plot(args) -> int:
     from caraml.results.select import select
 
     if args.kind not in KINDS:  # before loading anything
-        raise BadInput(f"unknown plot kind '{shown(args.kind)}'; choose one of: {', '.join(KINDS)}")
+        raise BadInput(f"unknown plot kind '{shown(args.kind)}'; {did_you_mean(args.kind, KINDS)}choose one of: "
+                       f"{', '.join(KINDS)}")
     selection = select(args.results, args.workload, args.where)
     for stem, fig in figures(args.kind, selection.by_workload, args.run):
         for path in save(fig, Path(args.out), stem):

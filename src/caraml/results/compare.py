@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from caraml.errors import BadInput, shown
+from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, matches
 from caraml.results.table import Table, fit
@@ -77,7 +77,8 @@ def group_key(points: list[Point], columns: list[cols.Column], by: str) -> str:
         return column.param or column.key
     choices = ["system", "devices", "nodes"] + sorted({k for p in points for k in p.config()} - {
         "system", "devices", "nodes"})
-    raise BadInput(f"--by {shown(by)}: not a field of these runs; choose one of: " + ", ".join(choices))
+    hint = did_you_mean(by, choices).rstrip() or "choose one of: " + ", ".join(choices)
+    raise BadInput(f"--by {shown(by)}: not a field of these runs; {hint}")
 
 
 def compare(workload: str, points: list[Point], by: str, baseline: str | None = None) -> Comparison:

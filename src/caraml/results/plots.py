@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from caraml.errors import BadInput, printable, shown
+from caraml.errors import BadInput, did_you_mean, printable, shown
 from caraml.paths import safe_name
 from caraml.results import columns as cols
 from caraml.results.aggregate import Point, throughput_of
@@ -464,7 +464,8 @@ def phase_spans(rows: list[dict]) -> list[tuple[str, float, float]]:
 def figures(kind: str, by_workload: dict[str, list[Point]], run: str | None = None) -> list[tuple[str, object]]:
     """(file stem, figure) for each workload (or run, for power) that has data for this kind."""
     if kind not in KINDS:
-        raise BadInput(f"unknown plot kind '{shown(kind)}'; choose one of: {', '.join(KINDS)}")
+        raise BadInput(f"unknown plot kind '{shown(kind)}'; {did_you_mean(kind, KINDS)}choose one of: "
+                       f"{', '.join(KINDS)}")
     out = []
     if kind == "power":
         records = [r for pts in by_workload.values() for p in pts for r in p.records]

@@ -37,8 +37,9 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
     if workload:
         records = [r for r in records if r.get("workload") == workload]
         if not records:
-            raise BadInput(f"no records of workload '{shown(workload)}' in {results}; it has: "
-                           + ", ".join(sorted({str(r.get('workload')) for r in load(results, warn=False)[0]})))
+            present = sorted({str(r.get("workload")) for r in load(results, warn=False)[0]})
+            raise BadInput(f"no records of workload '{shown(workload)}' in {results}; "
+                           f"{did_you_mean(workload, present)}it has: " + ", ".join(present))
     # Status is a property of each run, so it filters runs before repeats are grouped.
     for _, wanted in [kv for kv in pairs if kv[0].lower() == "status"]:
         records = [r for r in records if matches(r.get("status"), wanted)]
@@ -49,10 +50,13 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
         by_workload.setdefault(point.workload, []).append(point)
     for key, _ in pairs:
         if not any(_knows(name, points, key) for name, points in by_workload.items()):
-            raise BadInput(f"--where: unknown key '{shown(key)}'; use a column, a parameter or a record field "
-                           "(launch.world_size, metrics.energy.reason), e.g. one of: "
-                           + ", ".join(sorted({k for name, points in by_workload.items()
-                                               for k in cols.known_keys(points, columns_of(name, points))})))
+            known = sorted({k for name, points in by_workload.items()
+                            for k in cols.known_keys(points, columns_of(name, points))})
+            hint = did_you_mean(key, known).rstrip() or ("use a column, a parameter or a record field "
+                                                         "(launch.world_size, metrics.energy.reason), e.g. one of: "
+                                                         + ", ".join(known))
+            raise BadInput(f"--where: unknown key '{shown(key)}'; {hint}")
+    everything = dict(by_workload)
     for name, points in list(by_workload.items()):
         columns = columns_of(name, points)
         kept = cols.where(points, columns, pairs)
@@ -63,8 +67,22 @@ def select(results: str, workload: str | None = None, where: list[str] | None = 
     if not by_workload:
         text = " ".join(f"{k}={v}" for k, v in parse_where(where))
         raise BadInput(f"no runs in {results} match {shown(text) or 'the selection'}"
-                       + (f" (workload {workload})" if workload else ""))
+                       + (f" (workload {workload})" if workload else "") + _close_value(everything, pairs))
     return Selection(results, dict(sorted(by_workload.items())), skipped)
+
+
+def _close_value(by_workload: dict[str, list[Point]], pairs: list[tuple[str, str]]) -> str:
+    """"; did you mean V?" for the first --where pair that no run matches, V the closest of its key's values."""
+    for key, wanted in pairs:
+        values, found = set(), False
+        for name, points in by_workload.items():
+            columns = columns_of(name, points)
+            found = found or bool(cols.where(points, columns, [(key, wanted)]))
+            values |= {str(v) for known, v in (cols.lookup(p, columns, key) for p in points) if known and v is not None}
+        if not found:
+            hint = did_you_mean(wanted, sorted(values)).rstrip()
+            return f"; {hint}" if hint else ""
+    return ""
 
 
 def _knows(workload: str, points: list[Point], key: str) -> bool:

@@ -205,6 +205,14 @@ def contradiction(profile: dict, device) -> str | None:
     return None
 
 
+def require_fits(profile: dict, device, remedy: str) -> None:
+    """Refuse, in one line, a profile that `device` contradicts (see contradiction); `remedy` says what to pass
+    instead, `{detected}` standing for the profile the device matches."""
+    problem = contradiction(profile, device)
+    if problem:
+        raise BadInput(f"{problem}; " + remedy.format(detected=detect(device)))
+
+
 def detect(device=None) -> str:
     """The tag of the system a run uses: from its accelerator's name (the first one when no device is
     given), CPU for a run on the CPU or a machine without accelerator."""

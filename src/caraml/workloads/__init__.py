@@ -13,7 +13,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from caraml.errors import BadInput
+from caraml.errors import BadInput, did_you_mean, shown
 from caraml.params import Param, params_of, read_config
 
 _REGISTERED: dict[str, "Workload"] = {}
@@ -107,6 +107,17 @@ def require_built(wl: Workload) -> None:
                        f"(caraml sweep {wl.name} --dry-run) but not run")
 
 
+def preset_named(wl: Workload, name: str) -> str:
+    """The preset of `wl` that `name` names, in any case (`Smoke`, `13b`), as tags and systems are taken."""
+    if name in wl.presets:
+        return name
+    for known in wl.presets:
+        if known.lower() == name.lower():
+            return known
+    raise BadInput(f"{wl.name}: unknown preset '{shown(name)}'; {did_you_mean(name, wl.presets)}choose one of: "
+                   + ", ".join(wl.presets))
+
+
 def _modules() -> dict[str, str]:
     """Workload name -> module: this package's modules and packages by their names, then entry points."""
     found = {m.name: f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
@@ -130,7 +141,8 @@ def get(name: str) -> Workload:
     if name not in _REGISTERED:
         modules = _modules()
         if name not in modules:
-            raise BadInput(f"unknown workload '{name}'; choose one of: " + ", ".join(sorted(modules)))
+            raise BadInput(f"unknown workload '{shown(name)}'; {did_you_mean(name, modules)}choose one of: "
+                           + ", ".join(sorted(modules)))
         importlib.import_module(modules[name])
         if name not in _REGISTERED:
             raise BadInput(f"module {modules[name]} does not register a workload named '{name}'")

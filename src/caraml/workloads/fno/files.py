@@ -38,7 +38,7 @@ def _h5py():
     try:
         import h5py
     except ImportError:
-        raise BadInput("FNO data files need h5py: pip install h5py (caraml's [hdf5] extra)") from None
+        raise BadInput("FNO data files need h5py: pip install 'caraml[hdf5]' (or pip install h5py)") from None
     return h5py
 
 
