@@ -187,23 +187,31 @@ def _add_workloads_parser(sub) -> None:
     wls.set_defaults(func=_workloads)
 
 
-def _robust_output() -> None:
-    """Text any terminal can show: a record's non-ASCII name must not end `caraml result` under LANG=C."""
+SAVED_ELSEWHERE = ("run", "sweep")  # commands whose work is the records they save: stdout only describes it
+
+
+def _robust_output(command: str | None) -> None:
+    """Text any terminal can show: a record's non-ASCII name must not end `caraml result` under LANG=C. Output
+    that cannot be written (a full disk, a reader that left) never ends a run or a sweep (caraml.console)."""
+    from caraml.console import forgive
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError):  # replaced by something without reconfigure (a test's capture)
             pass
+    forgive(stdout=command in SAVED_ELSEWHERE)
 
 
 def main(argv: list[str] | None = None) -> int:
     global _RANKED
-    _RANKED = (sys.argv[1:] if argv is None else argv)[:1] == ["run"]  # the command torchrun and srun start
+    command = next(iter(sys.argv[1:] if argv is None else argv), None)
+    _RANKED = command == "run"  # the command torchrun and srun start
     if _RANKED:
         from caraml.measure.stops import catch_early
 
         catch_early()  # a stop during start-up must still leave a record
-    _robust_output()
+    _robust_output(command)
     parser = build_parser()
     # key=value pairs may come before or after options (`run W --preset smoke batch_size=8`).
     args, extra = parser.parse_known_args(argv)
