@@ -206,6 +206,21 @@ def test_fno_synthetic_bad_arguments_are_one_line_exit_2_and_leave_nothing(tmp_p
     assert _left_in(out) == []
 
 
+def test_fno_synthetic_never_replaces_an_existing_file_without_overwrite(tmp_path):
+    first = cli("data", "fno-synthetic", "PIC1D", "--samples", "3", "--particles", "16", "--out", tmp_path, check=0)
+    path = tmp_path / PIC1D.file
+    assert first.stdout.strip() == str(path)
+    mine = path.read_bytes()
+    again = cli("data", "fno-synthetic", "PIC1D", "--samples", "4", "--particles", "16", "--out", tmp_path, check=2)
+    assert again.stderr == f"caraml: error: {path} already exists; pass --overwrite to replace it, or give another " \
+                           "--out\n", again.stderr
+    assert path.read_bytes() == mine and _left_in(tmp_path) == [PIC1D.file]
+    cli("data", "fno-synthetic", "PIC1D", "--samples", "4", "--particles", "16", "--out", tmp_path, "--overwrite",
+        check=0)
+    with h5py.File(path) as f:
+        assert f["inputs"].shape[0] == 4
+
+
 def test_fno_synthetic_size_names_the_free_space_and_what_fits(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "_free_space", lambda folder: 10 * files.synthetic_bytes(PIC1D, 1, (64,)))
     with pytest.raises(BadInput, match=r"more than the .* free in .*; use at most --samples 10$"):

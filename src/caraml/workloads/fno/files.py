@@ -25,6 +25,7 @@ No torch here: `caraml data fno-synthetic` writes files with numpy and h5py alon
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,10 @@ def synthetic_bytes(problem: Problem, samples: int, spatial: tuple[int, ...]) ->
 
 
 def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None = None, seed: int = 0,
-                    spatial: tuple[int, ...] | None = None) -> Path:
+                    spatial: tuple[int, ...] | None = None, overwrite: bool = False) -> Path:
     """A file of the problem's real shapes filled with random values; returns its path. Bad input (one line, and
-    nothing left behind) for fewer than 2 samples, a negative seed, or a file larger than the free disk space."""
+    nothing left behind) for fewer than 2 samples, a negative seed, a file larger than the free disk space, or a
+    file already there (CARAML's real data has the same name) unless `overwrite`."""
     import numpy as np
 
     h5py = _h5py()
@@ -78,6 +80,9 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
     if seed < 0:
         raise BadInput(f"--seed {seed}: the seed must be a whole number >= 0")
     folder = Path(out_dir).expanduser()
+    path = folder / problem.file
+    if os.path.lexists(path) and not overwrite:  # a link too, even a dangling one
+        raise BadInput(f"{shown(path)} already exists; pass --overwrite to replace it, or give another --out")
     size = synthetic_bytes(problem, samples, spatial)
     free = _free_space(folder)
     if free is not None and size > free:
@@ -88,7 +93,6 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
         folder.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         raise BadInput(f"cannot create the folder {shown(folder)}: {getattr(exc, 'strerror', None) or exc}") from None
-    path = folder / problem.file
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".h5.partial")
     done = False
