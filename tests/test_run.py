@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, wait_until
 
 from caraml.results.record import validate
 
@@ -253,3 +253,27 @@ def test_sigterm_during_start_up_leaves_a_record(results, delay):
     record = json.loads(out)
     assert record["status"] == "interrupted" and record["error"].startswith("stopped by SIGTERM during setup")
     assert records_in(results)[0]["run_id"] == record["run_id"]
+
+
+KILL_WAIT_S = 30  # SLURM's default KillWait: SIGKILL this long after SIGTERM; the record must be saved before
+
+
+def test_a_stop_during_a_cold_compile_leaves_an_interrupted_record_within_slurms_kill_wait(results, tmp_path):
+    """A first step that compiles (inductor, an empty cache: minutes on a CPU) checks no stop flag: the first
+    SIGTERM ends it at once, so that the record is saved before SLURM's SIGKILL."""
+    env = cli_env(TORCHINDUCTOR_CACHE_DIR=tmp_path / "empty-inductor-cache")
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", "run", "llm_training", "--preset", "smoke",
+                             "compile=inductor", "power=off", "log_interval=1", "--results", str(results),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = read_stderr_until(proc, "caraml: warm-up step 1/2 (compilation, autotuning): still running after")
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_until(lambda: list((results / "runs").glob("*.json")), "a record", proc=proc)
+    assert time.monotonic() - signalled < KILL_WAIT_S
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 1, seen + err
+    record = json.loads(out)
+    assert (record["status"], record["error"]) == ("interrupted", "stopped by SIGTERM during warmup")
+    assert "warmup" not in record["metrics"]  # the compiling step was ended, not waited for
+    assert records_in(results)[0]["run_id"] == record["run_id"]
+
