@@ -180,6 +180,8 @@ class DataFile:
             self.synthetic = _flag(self._f["infos"], "synthetic", h5py)
             self.sample_bytes = 4 * math.prod(self._inputs.shape[1:]) + 4 * math.prod(self._outputs.shape[1:])
             self.check_fits(1)  # a file can claim samples of terabytes
+            for name, dataset in (("inputs", self._inputs), ("outputs", self._outputs)):
+                _check_stored(dataset, f"{self.where}: {name}")
             self._check_finite(0)  # the others when a run reads them (samples=N reads the first N only)
         except BaseException:
             self.close()
@@ -239,6 +241,29 @@ class DataFile:
             except (OSError, RuntimeError, KeyError) as exc:
                 raise BadInput(f"{self.where}: {name} sample {i} cannot be read ({_first_line(exc)})") from None
             check_finite(sample, f"{self.where}: {name}", first=i)
+
+
+def _check_stored(dataset, where: str) -> None:
+    """Bad input for a dataset that stores less than its shape claims: what was never written reads as zeros (the
+    fill value), finite numbers a run would train on, and a check of millions of claimed samples would read them
+    all. Counted in chunks where it is chunked, so that compression is never taken for missing samples."""
+    if dataset.is_virtual or dataset.external:  # stored in other files: nothing here to count
+        return
+    claimed = dataset.size * dataset.dtype.itemsize
+    try:
+        stored = dataset.id.get_storage_size()
+        if dataset.chunks is None:
+            whole, detail = stored >= claimed, ""
+        else:
+            total = math.prod(-(-n // c) for n, c in zip(dataset.shape, dataset.chunks))
+            written = dataset.id.get_num_chunks()
+            whole, detail = written >= total, f" ({written} of its {total} chunks written)"
+    except (AttributeError, RuntimeError, OSError, ValueError):  # an h5py without the count: not checked
+        return
+    if not whole:
+        raise BadInput(f"{where} stores {_size(stored)} of the {_size(claimed)} its shape {list(dataset.shape)} "
+                       f"claims{detail}; what was never written reads as zeros; expected a file whose samples are "
+                       "all written")
 
 
 def check_finite(values, where: str, first: int = 0, block: int = 64) -> None:
