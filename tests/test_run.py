@@ -159,6 +159,32 @@ def test_ddp_two_processes_under_torchrun(results):
     assert len(records_in(results)) == 1, "rank 0 writes the one record"
 
 
+LAYOUT = ("run", "llm_training", "--preset", "smoke", "pp=2")
+
+
+def test_a_layout_refused_for_nproc_per_node_is_one_line_and_exit_2_before_any_rank_starts(results):
+    # (a plain `torchrun ... caraml run` cannot exit 2: its agent turns a rank's exit 2 into its own traceback)
+    proc = caraml(*LAYOUT, "num_layers=3", "--nproc-per-node", "2", "--results", results, check=2)
+    assert proc.stderr == "caraml: error: llm_training: num_layers=3 is not a multiple of pp=2 (equal pipeline " \
+                          "stages)\n" and proc.stdout == ""
+    assert not results.exists()
+
+
+def test_nproc_per_node_under_a_launcher_is_refused(results):
+    proc = caraml(*LAYOUT, "grad_accumulation=2", "--nproc-per-node", "2", "--results", results, check=2,
+                  env=cli_env(WORLD_SIZE=2, RANK=0))
+    assert proc.stderr.count("\n") == 1 and "this is already a rank of a launch (WORLD_SIZE=2); leave " \
+                                              "--nproc-per-node out" in proc.stderr, proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_nproc_per_node_runs_its_ranks_under_torchrun(results):
+    proc = caraml(*LAYOUT, "grad_accumulation=2", "--nproc-per-node", "2", "--results", results, "--json", check=0)
+    record = json.loads(proc.stdout)
+    assert (record["status"], record["launch"]["world_size"], record["metrics"]["parallel"]["pp"]) == ("ok", 2, 2)
+    assert [r["run_id"] for r in records_in(results)] == [record["run_id"]]
+
+
 def test_measure_seconds_fixes_step_count(results):
     record, _ = run_json(results, "image_size=32", "batch_size=4", "warmup_steps=4", "measure_seconds=4",
                          "measure_steps=1")

@@ -41,11 +41,11 @@ def _add_sweep_parser(sub, results_default: str) -> None:
     sweep.add_argument("--continue", dest="collect", action="store_true",
                        help="collect the records of submitted SLURM jobs; report what is still queued")
     sweep.add_argument("--list", action="store_true", help="list the shipped suites")
-    sweep.add_argument("--max-points", type=_positive, default=10_000, metavar="N",  # expand.MAX_POINTS
+    sweep.add_argument("--max-points", type=whole_above_0, default=10_000, metavar="N",  # expand.MAX_POINTS
                        help="refuse a suite that expands to more points than this (default: %(default)s)")
     sweep.add_argument("--python", help="interpreter the points run with (default: this one)")
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
-    sweep.add_argument("--array", nargs="?", const=0, type=_positive, metavar="N",
+    sweep.add_argument("--array", nargs="?", const=0, type=whole_above_0, metavar="N",
                        help="with --executor slurm: one job array per sweep (per job shape) instead of one job per "
                             "point; N runs at most N of its points at once (sbatch --array=...%%N)")
     _add_site_arguments(sweep)
@@ -120,7 +120,7 @@ def _add_launch_parser(sub, results_default: str) -> None:
     p.set_defaults(func=launch_command)
 
 
-def _positive(text: str) -> int:
+def whole_above_0(text: str) -> int:
     import argparse
 
     if not (text.isascii() and text.isdigit() and int(text) > 0):
