@@ -65,11 +65,13 @@ def peak_memory(device) -> tuple[float | None, str]:
 
 
 class EventsFile:
-    """runs/<run_id>.events.jsonl: whole lines only. Each line is one write; a write that fails part-way (a disk
-    that fills) is cut back to the last whole line and ends the file, never the run."""
+    """runs/<run_id>.events.jsonl: whole lines only. A line is one write (and its rest after a short one); a write
+    that fails part-way (a disk that fills, a stop) is cut back to the last whole line, and a failed one ends the
+    file, never the run."""
 
     def __init__(self, path):
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # appending: after a cut the next line starts where the last whole one ended
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._size = 0
 
     def append(self, line: str) -> None:
@@ -81,11 +83,13 @@ class EventsFile:
             while written < len(data):  # a short write is not yet a failure: the rest may still fit
                 written += os.write(self._fd, data[written:])
             self._size += written
-        except OSError:
+        except BaseException as exc:
             try:
                 os.ftruncate(self._fd, self._size)
             except OSError:
                 pass
+            if not isinstance(exc, OSError):
+                raise
             self.close()
 
     def close(self) -> None:
