@@ -151,25 +151,91 @@ def test_a_dangling_domain_link_is_refused(tmp_path):
     _refused(path, PIC1D, "'infos/domain' is a soft link to /none", "cannot be followed")
 
 
-def _huge(path, samples=10 ** 7, particles=100_000):
-    """A small file that claims `samples` samples: its chunks are never written."""
+def _stored(path, samples, particles):
+    """A file of zeros whose every sample is stored, compressed: a few bytes a sample on disk, however large its
+    shape (each sample's compressed bytes written straight to the file)."""
+    import zlib
+
     with h5py.File(path, "w") as f:
-        f.create_dataset("inputs", (samples, 2, particles), dtype="float32", chunks=(1, 2, particles))
-        f.create_dataset("outputs", (samples, 1, particles), dtype="float32", chunks=(1, 1, particles))
+        for name, channels in (("inputs", 2), ("outputs", 1)):
+            dataset = f.create_dataset(name, (samples, channels, particles), dtype="float32",
+                                       chunks=(1, channels, particles), compression="gzip")
+            zeros = zlib.compress(bytes(4 * channels * particles))
+            for i in range(samples):
+                dataset.id.write_direct_chunk((i, 0, 0), zeros)
         f.create_group("infos")
     return path
 
 
-def test_a_file_claiming_ten_million_samples_is_not_read_whole(tmp_path):
-    path = _huge(tmp_path / "huge.h5")
+def test_a_file_larger_than_the_memory_is_not_read_whole(tmp_path, monkeypatch):
+    path = _stored(tmp_path / "large.h5", samples=1000, particles=256)
+    monkeypatch.setattr(files, "available_memory", lambda: 100 * 3 * 256 * 4)  # 100 samples
     files.check(path, PIC1D)  # the layout is fine
-    with pytest.raises(BadInput, match=r"holds 10000000 samples .* read the first ones only with samples=N"):
+    with pytest.raises(BadInput, match=r"holds 1000 samples .* read the first ones only with samples=N"):
         files.read(path, PIC1D)
-    assert files.read(path, PIC1D, samples=3)["inputs"].shape == (3, 2, 100_000)
+    assert files.read(path, PIC1D, samples=3)["inputs"].shape == (3, 2, 256)
+
+
+@pytest.mark.subprocess
+def test_a_stop_while_a_large_file_is_checked_ends_the_build_at_once(tmp_path):
+    """Every sample a run reads is checked for NaN before the run, a block at a time: minutes for a large file,
+    which a stop (SLURM's SIGTERM, then SIGKILL 30 s later) ends between two blocks."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import HANG_S, cli_env, read_stderr_until, wait_until
+
+    path = _stored(tmp_path / "large.h5", samples=20_000, particles=100_000)  # 24 GB of samples, 30 MB on disk
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", "run", "fno", "--preset", "smoke-PIC1D", "data=file",
+                             f"data_path={path}", "power=off", "log_interval=1", "--results", str(results), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    seen = read_stderr_until(proc, "caraml: build: still running after")
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_until(lambda: list((results / "runs").glob("*.json")), "a record", proc=proc)
+    assert time.monotonic() - signalled < 30  # SLURM's default KillWait
+    out, err = proc.communicate(timeout=HANG_S)
+    record = json.loads(out)
+    assert (record["status"], record["error"]) == ("interrupted", "stopped by SIGTERM during build"), seen + err
+
+
+def _never_written(path, chunked: bool, samples: int, written: int):
+    with h5py.File(path, "w") as f:
+        for name, channels in (("inputs", 2), ("outputs", 1)):
+            dataset = f.create_dataset(name, (samples, channels, 100_000), dtype="float32",
+                                       chunks=(1, channels, 100_000) if chunked else None)
+            dataset[:written] = 1.0
+        f.create_group("infos")
+    return path
+
+
+@pytest.mark.parametrize("chunked, samples, written, says", [
+    (True, 10 ** 7, 10, "inputs stores 7.6 MiB of the 7.3 TiB its shape [10000000, 2, 100000] claims (10 of its "
+                        "10000000 chunks written)"),
+    (False, 3, 0, "inputs stores 0 B of the 2.3 MiB its shape [3, 2, 100000] claims"),
+])
+def test_a_file_that_stores_far_fewer_samples_than_it_claims_is_refused(tmp_path, chunked, samples, written, says):
+    path = _never_written(tmp_path / "claims.h5", chunked, samples, written)
+    _refused(path, PIC1D, says, "what was never written reads as zeros; expected a file whose samples are all written")
+    proc = cli("run", "fno", "--preset", "smoke-PIC1D", "data=file", f"data_path={path}",
+               "--results", tmp_path / "results")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+
+
+def test_a_compressed_file_that_stores_every_sample_is_read(tmp_path):
+    path = _stored(tmp_path / "zeros.h5", samples=2000, particles=1000)  # 24 MB of samples in a few hundred KB
+    with h5py.File(path) as f:
+        assert f["inputs"].id.get_storage_size() < f["inputs"].nbytes / 100
+    files.check(path, PIC1D)
+    assert files.read(path, PIC1D)["inputs"].shape == (2000, 2, 1000)
 
 
 def test_each_process_reads_only_its_shard_and_the_memory_check_counts_the_node(tmp_path, monkeypatch):
-    path = _huge(tmp_path / "huge.h5", samples=1000, particles=256)  # 3 KiB a sample
+    path = _stored(tmp_path / "large.h5", samples=1000, particles=256)  # 3 KiB a sample
     with files.DataFile(path, PIC1D) as data:
         monkeypatch.setattr(files, "available_memory", lambda: 100 * data.sample_bytes)
         data.check_fits(80)
@@ -204,6 +270,21 @@ def test_fno_synthetic_bad_arguments_are_one_line_exit_2_and_leave_nothing(tmp_p
     assert proc.returncode == 2 and proc.stdout == "", proc
     assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
     assert _left_in(out) == []
+
+
+def test_fno_synthetic_never_replaces_an_existing_file_without_overwrite(tmp_path):
+    first = cli("data", "fno-synthetic", "PIC1D", "--samples", "3", "--particles", "16", "--out", tmp_path, check=0)
+    path = tmp_path / PIC1D.file
+    assert first.stdout.strip() == str(path)
+    mine = path.read_bytes()
+    again = cli("data", "fno-synthetic", "PIC1D", "--samples", "4", "--particles", "16", "--out", tmp_path, check=2)
+    assert again.stderr == f"caraml: error: {path} already exists; pass --overwrite to replace it, or give another " \
+                           "--out\n", again.stderr
+    assert path.read_bytes() == mine and _left_in(tmp_path) == [PIC1D.file]
+    cli("data", "fno-synthetic", "PIC1D", "--samples", "4", "--particles", "16", "--out", tmp_path, "--overwrite",
+        check=0)
+    with h5py.File(path) as f:
+        assert f["inputs"].shape[0] == 4
 
 
 def test_fno_synthetic_size_names_the_free_space_and_what_fits(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, wait_until
 
 from caraml.results.record import validate
 
@@ -159,6 +159,32 @@ def test_ddp_two_processes_under_torchrun(results):
     assert len(records_in(results)) == 1, "rank 0 writes the one record"
 
 
+LAYOUT = ("run", "llm_training", "--preset", "smoke", "pp=2")
+
+
+def test_a_layout_refused_for_nproc_per_node_is_one_line_and_exit_2_before_any_rank_starts(results):
+    # (a plain `torchrun ... caraml run` cannot exit 2: its agent turns a rank's exit 2 into its own traceback)
+    proc = caraml(*LAYOUT, "num_layers=3", "--nproc-per-node", "2", "--results", results, check=2)
+    assert proc.stderr == "caraml: error: llm_training: num_layers=3 is not a multiple of pp=2 (equal pipeline " \
+                          "stages)\n" and proc.stdout == ""
+    assert not results.exists()
+
+
+def test_nproc_per_node_under_a_launcher_is_refused(results):
+    proc = caraml(*LAYOUT, "grad_accumulation=2", "--nproc-per-node", "2", "--results", results, check=2,
+                  env=cli_env(WORLD_SIZE=2, RANK=0))
+    assert proc.stderr.count("\n") == 1 and "this is already a rank of a launch (WORLD_SIZE=2); leave " \
+                                              "--nproc-per-node out" in proc.stderr, proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_nproc_per_node_runs_its_ranks_under_torchrun(results):
+    proc = caraml(*LAYOUT, "grad_accumulation=2", "--nproc-per-node", "2", "--results", results, "--json", check=0)
+    record = json.loads(proc.stdout)
+    assert (record["status"], record["launch"]["world_size"], record["metrics"]["parallel"]["pp"]) == ("ok", 2, 2)
+    assert [r["run_id"] for r in records_in(results)] == [record["run_id"]]
+
+
 def test_measure_seconds_fixes_step_count(results):
     record, _ = run_json(results, "image_size=32", "batch_size=4", "warmup_steps=4", "measure_seconds=4",
                          "measure_steps=1")
@@ -253,3 +279,27 @@ def test_sigterm_during_start_up_leaves_a_record(results, delay):
     record = json.loads(out)
     assert record["status"] == "interrupted" and record["error"].startswith("stopped by SIGTERM during setup")
     assert records_in(results)[0]["run_id"] == record["run_id"]
+
+
+KILL_WAIT_S = 30  # SLURM's default KillWait: SIGKILL this long after SIGTERM; the record must be saved before
+
+
+def test_a_stop_during_a_cold_compile_leaves_an_interrupted_record_within_slurms_kill_wait(results, tmp_path):
+    """A first step that compiles (inductor, an empty cache: minutes on a CPU) checks no stop flag: the first
+    SIGTERM ends it at once, so that the record is saved before SLURM's SIGKILL."""
+    env = cli_env(TORCHINDUCTOR_CACHE_DIR=tmp_path / "empty-inductor-cache")
+    proc = subprocess.Popen([sys.executable, "-m", "caraml", "run", "llm_training", "--preset", "smoke",
+                             "compile=inductor", "power=off", "log_interval=1", "--results", str(results),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = read_stderr_until(proc, "caraml: warm-up step 1/2 (compilation, autotuning): still running after")
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    wait_until(lambda: list((results / "runs").glob("*.json")), "a record", proc=proc)
+    assert time.monotonic() - signalled < KILL_WAIT_S
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 1, seen + err
+    record = json.loads(out)
+    assert (record["status"], record["error"]) == ("interrupted", "stopped by SIGTERM during warmup")
+    assert "warmup" not in record["metrics"]  # the compiling step was ended, not waited for
+    assert records_in(results)[0]["run_id"] == record["run_id"]
+

@@ -104,6 +104,17 @@ def test_duration_eta_and_headline_formatting():
         "time limit 00:00:02 reached; stopped"
 
 
+def test_a_point_whose_record_the_results_folder_would_not_take_is_named_where_it_went(tmp_path):
+    from caraml.campaign.local import _saved_elsewhere
+
+    results = tmp_path / "results"
+    (results / "runs").mkdir(parents=True)
+    assert _saved_elsewhere({"path": str(results / "runs" / "a.json")}, str(results)) is None
+    assert _saved_elsewhere({"path": None}, str(results)) is None
+    fallback = str(tmp_path / "caraml-unsaved" / "a.json")
+    assert _saved_elsewhere({"path": fallback}, str(results)) == fallback
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

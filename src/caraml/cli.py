@@ -51,17 +51,23 @@ def _run(args) -> int:
     from caraml.params import parse_assignments
     from caraml.runner import RunSpec, execute, resolve
 
+    ranks = getattr(args, "nproc_per_node", None) or 1
     try:  # what only the arguments and the world size decide: every rank finds the same fault (see _quiet_rank)
+        if ranks > 1 and "WORLD_SIZE" in os.environ:
+            raise BadInput(f"--nproc-per-node {ranks} starts torchrun, and this is already a rank of a launch "
+                           f"(WORLD_SIZE={shown(os.environ['WORLD_SIZE'])}); leave --nproc-per-node out")
         spec = RunSpec(workload=args.workload, params=parse_assignments(args.params), preset=args.preset,
                        system=args.system, results=args.results, force_system=args.force_system,
                        quiet=getattr(args, "quiet", False), log_format=getattr(args, "log_format", "text"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+        world = ranks if ranks > 1 else int(os.environ.get("WORLD_SIZE", "1"))
         if world > 1:
             run = resolve(spec)
             run.workload.parallel_dims(run.config, world)
     except BadInput as exc:
         exc.every_rank = True
         raise
+    if ranks > 1:
+        _start_ranks(ranks, args.argv)
     record = execute(spec)
     from caraml.distributed import launch_env
 
@@ -76,6 +82,18 @@ def _run(args) -> int:
         # torchrun kills the other ranks when one exits non-zero: let rank 0 finish writing the record
         return 0
     return 0 if record["status"] == "ok" else 1
+
+
+def _start_ranks(ranks: int, argv: list[str]) -> None:
+    """`caraml run ... --nproc-per-node N`, checked: this process becomes torchrun (standalone), which starts the N
+    ranks here; its output and exit code are the run's. (A refused rank cannot make a plain `torchrun` exit 2: its
+    agent reports any rank's non-zero exit as its own failure, ChildFailedError, with a traceback and exit 1.)"""
+    from caraml.campaign.launchers import standalone_torchrun
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    command = standalone_torchrun(sys.executable, ranks, [*argv, "--nproc-per-node=1"])  # each rank: one process
+    os.execv(command[0], command)
 
 
 def _print_summary(record: dict) -> None:
@@ -154,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run_parser(sub) -> None:
+    from caraml.campaign.cli import whole_above_0
+
     run = sub.add_parser("run", help="run one benchmark point and record it",
                          description="Run one benchmark point: caraml run WORKLOAD [key=value ...]")
     run.add_argument("workload", help="e.g. image_classification (see `caraml workloads`)")
@@ -166,6 +186,10 @@ def _add_run_parser(sub) -> None:
     run.add_argument("--json", action="store_true", help="print exactly one JSON record on stdout")
     run.add_argument("-q", "--quiet", action="store_true",
                      help="no live log on stderr: only errors and the final summary")
+    run.add_argument("--nproc-per-node", type=whole_above_0, metavar="N",
+                     help="run N processes on this machine under torchrun (standalone; data, tensor, pipeline "
+                          "parallel), the parameters and the layout checked first: bad input is one line, exit 2, "
+                          "before any process starts")
     run.add_argument("--log-format", choices=("text", "json"), default="text",
                      help="the live log on stderr: text lines, or MLPerf-style JSON events one per line "
                           "(always written to runs/RUN_ID.events.jsonl as well)")
@@ -187,26 +211,35 @@ def _add_workloads_parser(sub) -> None:
     wls.set_defaults(func=_workloads)
 
 
-def _robust_output() -> None:
-    """Text any terminal can show: a record's non-ASCII name must not end `caraml result` under LANG=C."""
+SAVED_ELSEWHERE = ("run", "sweep")  # commands whose work is the records they save: stdout only describes it
+
+
+def _robust_output(command: str | None) -> None:
+    """Text any terminal can show: a record's non-ASCII name must not end `caraml result` under LANG=C. Output
+    that cannot be written (a full disk, a reader that left) never ends a run or a sweep (caraml.console)."""
+    from caraml.console import forgive
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError):  # replaced by something without reconfigure (a test's capture)
             pass
+    forgive(stdout=command in SAVED_ELSEWHERE)
 
 
 def main(argv: list[str] | None = None) -> int:
     global _RANKED
-    _RANKED = (sys.argv[1:] if argv is None else argv)[:1] == ["run"]  # the command torchrun and srun start
+    command = next(iter(sys.argv[1:] if argv is None else argv), None)
+    _RANKED = command == "run"  # the command torchrun and srun start
     if _RANKED:
         from caraml.measure.stops import catch_early
 
         catch_early()  # a stop during start-up must still leave a record
-    _robust_output()
+    _robust_output(command)
     parser = build_parser()
     # key=value pairs may come before or after options (`run W --preset smoke batch_size=8`).
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     listed = "params" if hasattr(args, "params") else "overrides" if hasattr(args, "overrides") else None
     if extra and listed and all("=" in e and not e.startswith("-") for e in extra):
         setattr(args, listed, list(getattr(args, listed) or []) + extra)

@@ -243,8 +243,9 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
         if monitor:
             monitor.start()
         if stop.signal is None:
+            m.phase = "build"
             log.phase_start("build", f"build: {setup.run.workload.name} (model, data, optimizer)")
-            with log.waiting("build"):
+            with log.waiting("build"), stop.at_once():
                 bench = setup.run.workload.build(setup.run.config, setup.context())
             info = bench.info
             log.phase_end("build", f"of which compiling {fmt_seconds(info.compile_setup_s)}"
@@ -255,8 +256,9 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
         _stopped(record, m, stop)
     except BadInput:
         raise
-    except KeyboardInterrupt:
-        record.status, record.error = "interrupted", f"interrupted during {m.phase}"
+    except KeyboardInterrupt:  # a second stop signal, or the first one inside stop.at_once()
+        record.status = "interrupted"
+        record.error = f"{f'stopped by {stop.signal}' if stop.signal else 'interrupted'} during {m.phase}"
     except Exception as exc:  # noqa: BLE001 - every failure becomes a record
         if stop.signal:  # e.g. DataLoader workers killed by the same SIGTERM: the run was stopped, not broken
             m.stop_signal = m.stop_signal or stop.signal

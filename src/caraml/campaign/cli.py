@@ -42,7 +42,7 @@ def _add_sweep_parser(sub, results_default: str) -> None:
     sweep.add_argument("--continue", dest="collect", action="store_true",
                        help="collect the records of submitted SLURM jobs; report what is still queued")
     sweep.add_argument("--list", action="store_true", help="list the shipped suites")
-    sweep.add_argument("--max-points", type=_positive, default=10_000, metavar="N",  # expand.MAX_POINTS
+    sweep.add_argument("--max-points", type=whole_above_0, default=10_000, metavar="N",  # expand.MAX_POINTS
                        help="refuse a suite that expands to more points than this (default: %(default)s)")
     sweep.add_argument("--python", help="interpreter the points run with (default: this one)")
     sweep.add_argument("--results", default=results_default, help="results directory (default: %(default)s)")
@@ -121,7 +121,7 @@ def _add_launch_parser(sub, results_default: str) -> None:
     p.set_defaults(func=launch_command)
 
 
-def _positive(text: str) -> int:
+def whole_above_0(text: str) -> int:
     import argparse
 
     if not (text.isascii() and text.isdigit() and int(text) > 0):
@@ -135,7 +135,7 @@ def _throttle(text: str) -> int:
 
     from caraml.campaign.slurm import MAX_ARRAY_SIZE
 
-    n = _positive(text)
+    n = whole_above_0(text)
     if n > MAX_ARRAY_SIZE:
         raise argparse.ArgumentTypeError(f"'{text[:50]}' is more tasks at once than any job array holds; give a whole "
                                          f"number from 1 to {MAX_ARRAY_SIZE}")

@@ -69,8 +69,7 @@ class Torchrun:
     def command(self, job: Job) -> list[str]:
         p = job.point
         if not job.slurm_step:
-            return [job.python, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={p.devices_per_node}", "-m", "caraml", *job.run]
+            return standalone_torchrun(job.python, p.devices_per_node, job.run)
         # torchrun would die of SIGUSR2 (it has no handler) and take the workers with it: it ignores the
         # signal; the workers, signalled by slurmstepd like every process of the step, stop cleanly.
         return ["bash", "-c", 'trap "" USR2; exec "$@"', "caraml-torchrun", job.python, "-m", "torch.distributed.run",
@@ -80,6 +79,11 @@ class Torchrun:
 
     def problem(self, nodes: int, devices_per_node: int) -> str | None:
         return None
+
+
+def standalone_torchrun(python: str, nproc: int, run) -> list[str]:
+    """torchrun starting `nproc` ranks of `python -m caraml RUN...` on this machine alone."""
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "caraml", *run]
 
 
 class Srun:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -124,6 +126,9 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
         tally.finished_one(took)
         display.line(f"caraml: {tag} {status}: {headline(record)}" + (f"  {label}" if label else "")
                      + f"  ({tally.clock(took)})")
+        if (elsewhere := _saved_elsewhere(record, results)) is not None:
+            display.line(printable(f"caraml: {tag} record saved to {elsewhere}: the results folder "
+                                   "would not take it (a full disk?)"))
         tally.passed += 1
         display.advance()
         if stopped:
@@ -179,6 +184,14 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     finally:
         signal.signal(signal.SIGTERM, old_term)
     return counts
+
+
+def _saved_elsewhere(record: dict, results: str) -> str | None:
+    """Where a point saved its record when that is not the results folder (Store.save's fallback)."""
+    path = record.get("path") if isinstance(record, dict) else None
+    if not isinstance(path, str) or Path(path).parent.resolve() == Store(results).runs.resolve():
+        return None
+    return path
 
 
 @dataclass
@@ -463,7 +476,7 @@ def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, l
     limit = time_limit_seconds(limit_text)
     started = rec.now()
     stopped = timed_out = False
-    with open(log, "w") as err:
+    with _point_log(log) as err:
         child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, process_group=0,
                                  preexec_fn=_dies_with_this_process(), pass_fds=() if lock is None else (lock,))
         try:
@@ -487,12 +500,44 @@ def _run_point(point: SweepPoint, results: str, python: str | None, env: dict, l
     elif stopped:
         status, error = "interrupted", "the sweep was interrupted; the run ended without saving a record"
     else:
-        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        tail = [ln for ln in _tail(log).splitlines() if ln.strip()]
         why = tail[-1] if tail else f"exit code {child.returncode}"
         status, error = "failed", f"the run ended (exit code {child.returncode}) without a record: {why}"
     record = sweep.missing_record(point.as_json(), status, error, started_at=started)
     Store(results).save(record)
     return status, stopped, record
+
+
+@contextlib.contextmanager
+def _point_log(path: Path):
+    """The point's stderr: its log file, or nothing where the file cannot be made (a full disk): the point runs
+    all the same, its record is what counts. (A log whose writes fail later costs the point nothing either: a
+    run's failed stderr writes drop its stderr, caraml.console.)"""
+    try:
+        log = open(path, "w")  # noqa: SIM115 - closed below, once the point has ended
+    except OSError as exc:
+        print(f"caraml: warning: point log {path} cannot be written ({exc.strerror or exc}); the point runs "
+              "without it", file=sys.stderr)
+        yield subprocess.DEVNULL
+        return
+    with log:
+        yield log
+
+
+LOG_TAIL_BYTES = 65536  # how much of a point's log is read for its last line
+
+
+def _tail(path: Path) -> str:
+    """The end of a point's log: a regular file's last LOG_TAIL_BYTES; "" for anything else or a failed read."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno())
+            if not stat.S_ISREG(size.st_mode):
+                return ""
+            f.seek(max(0, size.st_size - LOG_TAIL_BYTES))
+            return f.read(LOG_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -88,7 +88,9 @@ def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop:
     logged = 0
     for i in range(total):
         t0 = time.perf_counter()
-        with log.waiting(f"warm-up step 1/{total} (compilation, autotuning)") if i == 0 else _nothing():
+        # compilation, autotuning, graph capture: a warm-up step may take minutes and checks no stop flag
+        with log.waiting(f"warm-up step 1/{total} (compilation, autotuning)") if i == 0 else _nothing(), \
+                stop.at_once():
             bench.step()
             sync()
         now = time.perf_counter()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -63,6 +64,40 @@ def peak_memory(device) -> tuple[float | None, str]:
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "host"
 
 
+class EventsFile:
+    """runs/<run_id>.events.jsonl: whole lines only. A line is one write (and its rest after a short one); a write
+    that fails part-way (a disk that fills, a stop) is cut back to the last whole line, and a failed one ends the
+    file, never the run."""
+
+    def __init__(self, path):
+        # appending: after a cut the next line starts where the last whole one ended
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._size = 0
+
+    def append(self, line: str) -> None:
+        if self._fd is None:
+            return
+        data = (line + "\n").encode()
+        try:
+            written = 0
+            while written < len(data):  # a short write is not yet a failure: the rest may still fit
+                written += os.write(self._fd, data[written:])
+            self._size += written
+        except BaseException as exc:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+            if not isinstance(exc, OSError):
+                raise
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
 class LiveLog:
     """Phases and interval lines of one run (see the module's doc)."""
 
@@ -102,11 +137,7 @@ class LiveLog:
                            "value": value, "metadata": {k: v for k, v in metadata.items() if v is not None}},
                           default=str, allow_nan=False)
         if self._events is not None:
-            try:
-                self._events.write(line + "\n")
-                self._events.flush()
-            except OSError:  # a full disk ends the events file, never the run
-                self._events = None
+            self._events.append(line)
         if self.fmt == "json" and not self.quiet:
             self._end_live()
             print(line, file=self.stream, flush=True)
@@ -155,7 +186,7 @@ class LiveLog:
     def run_start(self, events_path: Path | None, message: str, **metadata) -> None:
         if self.is_main and events_path is not None:
             try:
-                self._events = open(events_path, "w", encoding="utf-8")  # noqa: SIM115 - open for the run
+                self._events = EventsFile(events_path)
             except OSError as exc:
                 print(f"caraml: warning: events file {events_path} not written ({exc})", file=sys.stderr)
         self._event("run_start", "INTERVAL_START", **metadata)

@@ -7,6 +7,7 @@ that comes while Python is still importing torch is remembered, not fatal.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None),
@@ -24,11 +25,26 @@ def catch_early() -> None:
 
 
 class StopRequested:
-    """Turns stop signals into a flag checked between steps; a second signal stops at once."""
+    """Turns stop signals into a flag checked between steps; a second signal stops at once, and so does the first
+    inside `at_once()`."""
 
     def __init__(self):
         self.signal: str | None = _early[0] if _early else None
         self._old = {}
+        self._at_once = False
+
+    @contextlib.contextmanager
+    def at_once(self):
+        """Inside the block the first stop signal ends it (KeyboardInterrupt, with `signal` set): for work that
+        checks no flag and may run for minutes - a build, a warm-up step that compiles or autotunes - where SLURM
+        would SIGKILL the run KillWait (30 s) after its SIGTERM, before a record is written."""
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self._at_once = True
+        try:
+            yield
+        finally:
+            self._at_once = False
 
     def __enter__(self):
         for sig in STOP_SIGNALS:
@@ -39,9 +55,10 @@ class StopRequested:
         return self
 
     def _handle(self, signum, _frame):
-        if self.signal is not None:
+        again = self.signal is not None
+        self.signal = self.signal or signal.Signals(signum).name
+        if again or self._at_once:
             raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():

@@ -31,6 +31,7 @@ def add_parser(data_subparsers) -> None:
     p.add_argument("--particles", type=int, help="PIC problems: particles per sample (default: the problem's "
                                                  "100000)")
     p.add_argument("--out", default="fno-data", help="folder to write into (default: %(default)s)")
+    p.add_argument("--overwrite", action="store_true", help="replace a file of that name already in --out")
     p.add_argument("--seed", type=int, default=0, help="random seed, a whole number >= 0 (default: %(default)s)")
     p.set_defaults(func=_fno_synthetic)
 
@@ -80,6 +81,6 @@ def _fno_synthetic(args) -> int:
     problem = PROBLEMS[args.problem]
     spatial = spatial_of(problem, args.grid, args.particles, args.smoke)
     samples = args.samples if args.samples is not None else smoke_samples(problem) if args.smoke else None
-    path = write_synthetic(problem, args.out, samples, args.seed, spatial=spatial)
+    path = write_synthetic(problem, args.out, samples, args.seed, spatial=spatial, overwrite=args.overwrite)
     print(path)
     return 0

@@ -25,6 +25,7 @@ No torch here: `caraml data fno-synthetic` writes files with numpy and h5py alon
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,10 @@ def synthetic_bytes(problem: Problem, samples: int, spatial: tuple[int, ...]) ->
 
 
 def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None = None, seed: int = 0,
-                    spatial: tuple[int, ...] | None = None) -> Path:
+                    spatial: tuple[int, ...] | None = None, overwrite: bool = False) -> Path:
     """A file of the problem's real shapes filled with random values; returns its path. Bad input (one line, and
-    nothing left behind) for fewer than 2 samples, a negative seed, or a file larger than the free disk space."""
+    nothing left behind) for fewer than 2 samples, a negative seed, a file larger than the free disk space, or a
+    file already there (CARAML's real data has the same name) unless `overwrite`."""
     import numpy as np
 
     h5py = _h5py()
@@ -78,6 +80,9 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
     if seed < 0:
         raise BadInput(f"--seed {seed}: the seed must be a whole number >= 0")
     folder = Path(out_dir).expanduser()
+    path = folder / problem.file
+    if os.path.lexists(path) and not overwrite:  # a link too, even a dangling one
+        raise BadInput(f"{shown(path)} already exists; pass --overwrite to replace it, or give another --out")
     shape = f"--grid {shape_text(spatial)}" if problem.kind == "grid" else f"--particles {spatial[0]}"
     memory, room = sample_memory(problem, spatial), available_memory()
     if room is not None and memory > MEMORY_SHARE * room:  # made a sample at a time: one must fit
@@ -96,7 +101,6 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
         folder.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
         raise BadInput(f"cannot create the folder {shown(folder)}: {getattr(exc, 'strerror', None) or exc}") from None
-    path = folder / problem.file
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".h5.partial")
     done = False
@@ -202,6 +206,8 @@ class DataFile:
             self.synthetic = _flag(self._f["infos"], "synthetic", h5py)
             self.sample_bytes = 4 * math.prod(self._inputs.shape[1:]) + 4 * math.prod(self._outputs.shape[1:])
             self.check_fits(1)  # a file can claim samples of terabytes
+            for name, dataset in (("inputs", self._inputs), ("outputs", self._outputs)):
+                _check_stored(dataset, f"{self.where}: {name}")
             self._check_finite(0)  # the others when a run reads them (samples=N reads the first N only)
         except BaseException:
             self.close()
@@ -261,6 +267,29 @@ class DataFile:
             except (OSError, RuntimeError, KeyError) as exc:
                 raise BadInput(f"{self.where}: {name} sample {i} cannot be read ({_first_line(exc)})") from None
             check_finite(sample, f"{self.where}: {name}", first=i)
+
+
+def _check_stored(dataset, where: str) -> None:
+    """Bad input for a dataset that stores less than its shape claims: what was never written reads as zeros (the
+    fill value), finite numbers a run would train on, and a check of millions of claimed samples would read them
+    all. Counted in chunks where it is chunked, so that compression is never taken for missing samples."""
+    if dataset.is_virtual or dataset.external:  # stored in other files: nothing here to count
+        return
+    claimed = dataset.size * dataset.dtype.itemsize
+    try:
+        stored = dataset.id.get_storage_size()
+        if dataset.chunks is None:
+            whole, detail = stored >= claimed, ""
+        else:
+            total = math.prod(-(-n // c) for n, c in zip(dataset.shape, dataset.chunks))
+            written = dataset.id.get_num_chunks()
+            whole, detail = written >= total, f" ({written} of its {total} chunks written)"
+    except (AttributeError, RuntimeError, OSError, ValueError):  # an h5py without the count: not checked
+        return
+    if not whole:
+        raise BadInput(f"{where} stores {_size(stored)} of the {_size(claimed)} its shape {list(dataset.shape)} "
+                       f"claims{detail}; what was never written reads as zeros; expected a file whose samples are "
+                       "all written")
 
 
 def check_finite(values, where: str, first: int = 0, block: int = 64) -> None:
