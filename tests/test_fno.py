@@ -283,7 +283,7 @@ def test_compile_report_asks_to_stop_at_every_iteration():
 def test_compile_report_rows_time_iterations_3_to_5_and_speed_up_over_eager():
     """Iterations timed by a fake (torch.compile is lazy: nothing compiles): eager 4 s, each mode 1 s after a
     slow first call, so every compiled row is 4x eager and the mean leaves the first two iterations out."""
-    from caraml.workloads.fno import COMPILE_MODES
+    from caraml.workloads.fno.config import COMPILE_MODES
 
     bench = _smoke_bench(mode="eval", compile_report="on")
     timed = {False: [9.0, 8.0, 3.0, 4.0, 5.0], True: [60.0, 7.0, 0.5, 1.0, 1.5]}
@@ -584,7 +584,7 @@ def test_data_files_layout_and_bad_files(tmp_path):
     bad(without("infos"), "has no 'infos'")
     bad(lambda t: t.write_text("not hdf5"), "is not a readable HDF5 file")
     bad(lambda t: None, "does not exist")
-    bad(lambda t: files.write_synthetic(pic, tmp_path, 3, spatial=(50,)).rename(t),
+    bad(lambda t: files.write_synthetic(pic, tmp_path, 3, spatial=(50,), overwrite=True).rename(t),
         "PIC1D needs \\[N, 2, P\\] \\(2 channels of any number P", problem=TABLE["PIC1D"])
     with pytest.raises(BadInput, match="data=file needs data_path"):
         files.resolve_path("", pic, None)
