@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, run
 
 from caraml.results.record import validate
 
@@ -146,7 +146,7 @@ def test_signal_during_measurement_keeps_what_was_measured(results, sig):
 def test_ddp_two_processes_under_torchrun(results):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
            "-m", "caraml", *SMOKE, "measure_steps=4", "--results", str(results), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(), cwd=ROOT)
+    proc = run(cmd, env=cli_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, "only rank 0 prints, and only the record"
