@@ -101,7 +101,10 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     tally = Tally(total=len(p.points), to_run=sum(point.id not in done for point in p.points))
     display = _display(p.suite.name, tally)
     kept = records if records is not None else []
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # a killed sweep stops its point like Ctrl-C
+    # Ctrl-C, and a SIGTERM like it, stop the point and the sweep, whatever this process inherited: a shell starts
+    # `caraml sweep &` with SIGINT ignored, and an ignored signal stays ignored across exec, in the points too. A
+    # handler of this process's own is reset to the default in every child it starts.
+    old = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with display:
             for n, point in enumerate(p.points, 1):
@@ -140,7 +143,8 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     except KeyboardInterrupt:  # between points
         raise SweepInterrupted(counts, tally.total - tally.passed) from None
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     return counts
 
 
