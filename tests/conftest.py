@@ -109,7 +109,7 @@ def kill_tree(proc: subprocess.Popen) -> None:
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # any of its own session left without a parent before the walk
+        os.killpg(proc.pid, signal.SIGKILL)  # any of its process group whose parent had ended before the walk
     proc.wait()
 
 
