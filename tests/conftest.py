@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import multiprocessing.process
 import os
 import shutil
 import signal
@@ -310,6 +311,17 @@ def _watching_init(self, args, *rest, **kw):
 
 
 subprocess.Popen.__init__ = _watching_init
+_process_start = multiprocessing.process.BaseProcess.start
+
+
+def _watching_start(self):
+    """multiprocessing's processes too (a DataLoader's workers): they start no Popen."""
+    if _current is not None:
+        _started.append([f"a multiprocessing process ({self.name})"])
+    _process_start(self)
+
+
+multiprocessing.process.BaseProcess.start = _watching_start
 
 
 @pytest.hookimpl(hookwrapper=True)

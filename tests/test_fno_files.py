@@ -71,12 +71,15 @@ def test_a_float64_file_trains_and_its_record_names_the_conversion(tmp_path):
     from caraml.runner import RunSpec, build_bench
 
     path = _file(tmp_path / "r.h5", RBC2D, n=10, spatial=(32, 16), dtype="float64")
-    bench = build_bench(RunSpec("fno", {"data": "file", "data_path": str(path), "epochs": 0},
-                                preset="smoke-RBC2D"), device="cpu")
-    bench.step()
-    x, y = bench.data.next_batch()
-    assert str(x.dtype) == str(y.dtype) == "torch.float32"
-    assert bench.data.describe()["file_dtype"] == "float64 (converted to float32)"
+    bench = build_bench(RunSpec("fno", {"data": "file", "data_path": str(path), "epochs": 0, "workers": 0},
+                                preset="smoke-RBC2D"), device="cpu")  # read here: no worker process to start
+    try:
+        bench.step()
+        x, y = bench.data.next_batch()
+        assert str(x.dtype) == str(y.dtype) == "torch.float32"
+        assert bench.data.describe()["file_dtype"] == "float64 (converted to float32)"
+    finally:
+        bench.close()
 
 
 @pytest.mark.parametrize("domain, says", [(0.0, "infos/domain is 0.0"), (-1.0, "infos/domain is -1.0"),

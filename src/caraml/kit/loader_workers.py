@@ -7,23 +7,26 @@ it: it waits for ever in CPython's after-fork (PyOS_AfterFork_Child), before the
 waits for ever for its first batch, the other ranks for that rank. A fork server is a process of its own, started
 with fork + exec, that runs no threads; the workers it forks start clean.
 
-Workers leave the stop signals to the main process: a signal sent to the whole process group (Ctrl-C, SLURM's
-SIGTERM) is the main process's to handle (it stops between steps and closes the loaders); a worker dying of it
-would turn a clean stop into a "DataLoader worker exited" failure. Workers still end with their process: the fork
-server ends when it does, and a worker when its fork server does.
+Workers leave Ctrl-C, SIGHUP and SIGUSR2 to the main process: sent to the whole process group (a terminal's Ctrl-C,
+its hang-up, SLURM's warning) they are the main process's to handle (it stops between steps and closes the
+loaders). SIGTERM ends a worker: it is how a worker that does not stop is ended (at the main process's exit, by
+multiprocessing; by the DataLoader when it shuts its workers down); a run whose workers a SIGTERM to the process group
+ended is recorded as stopped by that SIGTERM. Workers end with their process: the fork server ends when it does, and
+a worker when its fork server does.
 """
 
 from __future__ import annotations
 
 import signal
 
-STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None),
-                                 getattr(signal, "SIGUSR2", None)) if s)
+LEFT_TO_THE_MAIN_PROCESS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGHUP", None),
+                                             getattr(signal, "SIGUSR2", None)) if s)
 
 
 def ignore_stop_signals(_worker_id: int) -> None:
-    """DataLoader worker_init_fn: the stop signals ignored in the worker (see the module's docstring)."""
-    for sig in STOP_SIGNALS:
+    """DataLoader worker_init_fn: the stop signals the main process handles, ignored in the worker (see the module's
+    docstring)."""
+    for sig in LEFT_TO_THE_MAIN_PROCESS:
         signal.signal(sig, signal.SIG_IGN)
 
 
