@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import multiprocessing.process
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -70,10 +72,119 @@ def cli_env(**extra) -> dict:
     return env
 
 
+# processes started by tests: a hang ends all of them and fails its own test ------------------------------------
+HUNG = "hung:"  # the last stderr line of a command ended for hanging
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])  # after "(command name)": state, ppid
+            except (OSError, IndexError, ValueError):  # ended meanwhile
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def _tree(pid: int) -> set[int]:
+    children, found, todo = _children(), set(), [pid]
+    while todo:
+        found.add(todo[-1])
+        todo.extend(children.get(todo.pop(), []))
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc` and every process under it, and reap it. Its process group alone is not all: torchrun starts
+    each rank in a session of its own, and a rank's DataLoader workers come from its fork server. Each process found
+    is stopped first, so that none starts another, or loses its parent, while the tree is walked."""
+    stopped: set[int] = set()
+    while True:
+        new = _tree(proc.pid) - stopped
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= new
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # any of its process group whose parent had ended before the walk
+    proc.wait()
+
+
+_running: set[subprocess.Popen] = set()
+
+
+def _finish(argv: list[str], timeout: float, popen: dict) -> subprocess.CompletedProcess:
+    """`argv` to its end in a session of its own, its output captured as text; past `timeout` it is ended with all
+    it started, and its stderr ends with a HUNG line. Interrupted here (Ctrl-C), it is ended too."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            **popen)
+    _running.add(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        try:
+            out, err = proc.communicate(timeout=60)  # a process that escaped the tree may still hold the pipes
+        except subprocess.TimeoutExpired:
+            out, err = "", "(its output is held by a process that escaped the tree)"
+        err = f"{err or ''}\n{HUNG} ended after {timeout:g} s, with every process it started\n"
+    except BaseException:
+        kill_tree(proc)
+        raise
+    finally:
+        _running.discard(proc)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def hung(proc: subprocess.CompletedProcess) -> bool:
+    return (proc.stderr or "").rstrip().rpartition("\n")[2].startswith(HUNG)
+
+
+def run(cmd, timeout: float = HANG_S, **popen) -> subprocess.CompletedProcess:
+    """`cmd` to its end (stdout and stderr captured, text); a hang ends it and every process it started, and fails
+    the test that ran it, with its stderr."""
+    proc = _finish([str(c) for c in cmd], timeout, popen)
+    if hung(proc):
+        pytest.fail(f"{' '.join(proc.args)[:300]}\n{proc.stderr[-3000:]}", pytrace=False)
+    return proc
+
+
+def run_all(commands: dict[str, list], parallel: int, timeout: float = HANG_S,
+            **popen) -> dict[str, subprocess.CompletedProcess]:
+    """Each command to its end, `parallel` at a time (a fixture's runs, read by several tests). One that hangs is
+    ended with all it started after `timeout` from its own start, and comes back failed (exit -9, a last HUNG line
+    in its stderr): the tests that read it fail, the others' results stand."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(parallel)
+    futures = {name: pool.submit(_finish, [str(c) for c in cmd], timeout, popen) for name, cmd in commands.items()}
+    try:
+        return {name: future.result() for name, future in futures.items()}
+    except BaseException:  # Ctrl-C: none of them goes on running
+        for future in futures.values():
+            future.cancel()
+        for proc in list(_running):
+            kill_tree(proc)
+        raise
+    finally:
+        pool.shutdown()
+
+
 def caraml(*args, timeout=HANG_S, env=None, check=None) -> subprocess.CompletedProcess:
-    """`python -m caraml ARGS` with this tree's sources; returns the finished process."""
-    proc = subprocess.run([sys.executable, "-m", "caraml", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env or cli_env())
+    """`python -m caraml ARGS` with this tree's sources; returns the finished process (a hang fails the test)."""
+    proc = run([sys.executable, "-m", "caraml", *args], timeout=timeout, env=env or cli_env())
     if check is not None:
         assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
@@ -96,6 +207,26 @@ def cli(*args, check=None) -> subprocess.CompletedProcess:
     return proc
 
 
+def bench_script(name: str, fresh: bool = False):
+    """bench/NAME.py as a module, registered in sys.modules as NAME, as an import would (its dataclasses look their
+    module up there); the one loaded already unless `fresh` (a new module, so that nothing set on it leaks)."""
+    import importlib.util
+
+    path = ROOT / "bench" / f"{name}.py"
+    loaded = sys.modules.get(name)
+    if loaded is not None and not fresh and getattr(loaded, "__file__", None) == str(path):
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def records_in(results: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((results / "runs").glob("*.json"))]
 
@@ -116,11 +247,12 @@ def wait_until(predicate, what: str, timeout: float = HANG_S, proc: subprocess.P
 
 def read_stderr_until(proc: subprocess.Popen, text: str, timeout: float = HANG_S) -> str:
     """Read proc's stderr line by line up to a line holding `text`; what was read. Fails when stderr ends first;
-    a hang is bounded by killing proc after `timeout` (a blocking readline, so no line sits unseen in a buffer)."""
+    a hang is bounded by ending proc, with all it started, after `timeout` (a blocking readline, so no line sits
+    unseen in a buffer)."""
     import threading
 
     seen = ""
-    killer = threading.Timer(timeout, proc.kill)
+    killer = threading.Timer(timeout, kill_tree, args=(proc,))
     killer.start()
     try:
         for line in proc.stderr:
@@ -187,6 +319,17 @@ def _watching_init(self, args, *rest, **kw):
 
 
 subprocess.Popen.__init__ = _watching_init
+_process_start = multiprocessing.process.BaseProcess.start
+
+
+def _watching_start(self):
+    """multiprocessing's processes too (a DataLoader's workers): they start no Popen."""
+    if _current is not None:
+        _started.append([f"a multiprocessing process ({self.name})"])
+    _process_start(self)
+
+
+multiprocessing.process.BaseProcess.start = _watching_start
 
 
 @pytest.hookimpl(hookwrapper=True)

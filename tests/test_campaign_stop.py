@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, caraml, cli, cli_env, records_in, wait_until
+from conftest import HANG_S, caraml, cli, cli_env, kill_tree, records_in, wait_until
 
 SUITE = """
 workload: image_classification
@@ -57,13 +57,20 @@ def _measuring(results) -> bool:
     return any("caraml: measuring" in p.read_text() for p in (results / "sweep" / "logs").glob("*.log"))
 
 
+def _inheriting(disposition):
+    """A preexec_fn that sets the SIGINT the sweep inherits, so that the test does not depend on how the suite was
+    started: a shell's `cmd &` starts cmd with SIGINT ignored, and exec keeps it ignored."""
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
 @pytest.mark.subprocess
-def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, results):
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, results, inherited):
     # A terminal's Ctrl-C goes to the whole foreground process group: start the sweep as such a group.
     sweep = subprocess.Popen([sys.executable, "-m", "caraml", "sweep", str(_suite(tmp_path, "01:00:00")),
                               "--system", "CPU", "--results", str(results)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
-                             process_group=0)
+                             process_group=0, preexec_fn=_inheriting(inherited))
     try:
         # The stop is checked after each step, so a Ctrl-C once measuring has begun keeps at least one step.
         wait_until(lambda: _measuring(results), "'caraml: measuring' in the first point's log", proc=sweep)
@@ -71,7 +78,7 @@ def test_ctrl_c_keeps_the_interrupted_record_and_stops_the_sweep(tmp_path, resul
         out, err = sweep.communicate(timeout=HANG_S)
     finally:
         if sweep.poll() is None:
-            os.killpg(sweep.pid, signal.SIGKILL)
+            kill_tree(sweep)
     assert sweep.returncode == 130, err
     assert "Traceback" not in err
     assert "caraml: sweep interrupted: 1 interrupted; 1 points not run" in err

@@ -71,12 +71,15 @@ def test_a_float64_file_trains_and_its_record_names_the_conversion(tmp_path):
     from caraml.runner import RunSpec, build_bench
 
     path = _file(tmp_path / "r.h5", RBC2D, n=10, spatial=(32, 16), dtype="float64")
-    bench = build_bench(RunSpec("fno", {"data": "file", "data_path": str(path), "epochs": 0},
-                                preset="smoke-RBC2D"), device="cpu")
-    bench.step()
-    x, y = bench.data.next_batch()
-    assert str(x.dtype) == str(y.dtype) == "torch.float32"
-    assert bench.data.describe()["file_dtype"] == "float64 (converted to float32)"
+    bench = build_bench(RunSpec("fno", {"data": "file", "data_path": str(path), "epochs": 0, "workers": 0},
+                                preset="smoke-RBC2D"), device="cpu")  # read here: no worker process to start
+    try:
+        bench.step()
+        x, y = bench.data.next_batch()
+        assert str(x.dtype) == str(y.dtype) == "torch.float32"
+        assert bench.data.describe()["file_dtype"] == "float64 (converted to float32)"
+    finally:
+        bench.close()
 
 
 @pytest.mark.parametrize("domain, says", [(0.0, "infos/domain is 0.0"), (-1.0, "infos/domain is -1.0"),
@@ -387,19 +390,17 @@ def test_a_data_path_that_is_a_fifo_is_not_said_to_be_missing(tmp_path):
 
 @pytest.mark.multiprocess
 def test_nan_in_one_ranks_shard_refuses_both_ranks_under_torchrun(tmp_path):
-    import subprocess
     import sys
 
-    from conftest import HANG_S, ROOT, cli_env, records_in
+    from conftest import ROOT, cli_env, records_in, run
 
     path = files.write_synthetic(RBC2D, tmp_path / "data", 20, spatial=(32, 16))
     with h5py.File(path, "r+") as f:
         f["inputs"][12, 0, 0, 0] = math.nan  # 16 train samples: rank 1 trains on 8-15
     results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                           "29657", "-m", "caraml", "run", "fno", "--preset", "smoke-RBC2D", "data=file",
-                           f"data_path={path}", "epochs=0", "--results", str(results)],
-                          capture_output=True, text=True, timeout=HANG_S, env=cli_env(OMP_NUM_THREADS=1), cwd=ROOT)
+    proc = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29657", "-m",
+                "caraml", "run", "fno", "--preset", "smoke-RBC2D", "data=file", f"data_path={path}", "epochs=0",
+                "--results", str(results)], env=cli_env(OMP_NUM_THREADS=1), cwd=ROOT)
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert "inputs sample 12 holds 1 NaN or infinite value(s)" in proc.stderr, proc.stderr[-3000:]
     assert "refused by another process" in proc.stderr, proc.stderr[-3000:]

@@ -4,13 +4,12 @@ backend against torchkbnufft), GELU after every Fourier layer, and the PIC2D ope
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT
+from conftest import bench_script
 
 pytest.importorskip("torchkbnufft")
 
@@ -97,10 +96,7 @@ def test_pic2d_operator_equals_caramls_torchkbnufft_calls():
 
 def _tf32_study():
     """bench/pic_tf32_cpu.py: the TF32 emulation and the operator/model results of a backend."""
-    spec = importlib.util.spec_from_file_location("pic_tf32_cpu", ROOT / "bench" / "pic_tf32_cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("pic_tf32_cpu")
 
 
 def _worst(results: dict, reference: dict, rel) -> tuple[float, str]:

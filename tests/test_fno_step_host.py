@@ -8,14 +8,13 @@ compares the same work; and its in-process check of PIC2D's matrix backend again
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, bench_script
 
 CARAML_SRC = str(ROOT / "src" / "caraml")
 HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__", "__int__", "__index__")
@@ -78,10 +77,7 @@ def test_step_reads_nothing_back_from_the_device(params):
 
 
 def _fno_bench_module():
-    spec = importlib.util.spec_from_file_location("fno_bench", ROOT / "bench" / "fno_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("fno_bench", fresh=True)
 
 
 @pytest.fixture

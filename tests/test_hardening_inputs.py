@@ -273,15 +273,14 @@ def test_run_refusals_that_need_torch_are_one_line_exit_2(tmp_path, capsys, args
 
 @pytest.mark.multiprocess
 def test_bad_input_under_torchrun_is_said_once_and_every_rank_exits(tmp_path):
-    import subprocess
     import sys
 
-    from conftest import HANG_S, cli_env
+    from conftest import cli_env, run
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "caraml",
            "run", "llm_training", "--preset", "smoke", "num_layers=3", "pp=2", "device=cpu", "power=off",
            "--results", str(tmp_path / "r")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(), cwd=tmp_path)
+    proc = run(cmd, env=cli_env(), cwd=tmp_path)
     said = "caraml: error: llm_training: num_layers=3 is not a multiple of pp=2 (equal pipeline stages)\n"
     assert proc.returncode != 0 and proc.stderr.count(said) == 1, proc.stderr
     root_cause = proc.stderr.split("Root Cause")[-1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import handmade
 import pytest
-from conftest import HANG_S, caraml, cli_env, records_in
+from conftest import caraml, cli_env, kill_tree, records_in, run
 from power_trees import moving_counter, rapl_tree
 
 from caraml import cli
@@ -134,7 +134,6 @@ def test_tag_products_and_the_ipu_precisions():
 def caraml_run(tmp_path_factory):
     """One tiny run of the caraml preset on two ranks (gloo) of one node with a fake RAPL tree: its epochs over
     a DistributedSampler, every step's loss averaged over the ranks, and CARAML's energy files."""
-    import subprocess
     import sys
 
     tmp = tmp_path_factory.mktemp("caraml-run")
@@ -148,8 +147,7 @@ def caraml_run(tmp_path_factory):
            "workers=0", "warmup_steps=1", "measure_steps=2", "power=rapl", "power_interval_ms=50", "--system", "CPU",
            "--results", str(tmp / "results"), "--json"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S,
-                              env=cli_env(CARAML_SYSFS_ROOT=tmp / "sys", OMP_NUM_THREADS=1))
+        proc = run(cmd, env=cli_env(CARAML_SYSFS_ROOT=tmp / "sys", OMP_NUM_THREADS=1))
     finally:
         stop.set()
         ticker.join()
@@ -411,8 +409,7 @@ def test_sigterm_during_caraml_epochs_leaves_an_interrupted_record_at_once(resul
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            kill_tree(proc)
     assert took < 60, f"{took:.0f} s from SIGTERM to exit\n{err[-3000:]}"
     lines = [line for line in out.splitlines() if line.startswith("{")]
     assert lines, seen + err[-3000:]

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT, bench_script, run
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import ic_group  # noqa: E402
-import ic_point  # noqa: E402
+ic_group = bench_script("ic_group")
+ic_point = bench_script("ic_point")
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -111,8 +107,7 @@ def test_table_states_each_point_against_the_baseline_and_skips_in_words():
 
 
 def _ic_bench(*args, timeout=300):
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "ic_bench.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return run([sys.executable, ROOT / "bench" / "ic_bench.py", *args], timeout=timeout, cwd=ROOT)
 
 
 @pytest.mark.subprocess

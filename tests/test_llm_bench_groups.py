@@ -6,17 +6,13 @@ the arithmetic, not a measurement (the script's own CPU check is `--self-check`)
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import bench_script
 
-spec = importlib.util.spec_from_file_location("llm_bench", Path(__file__).parents[1] / "bench" / "llm_bench.py")
-bench = importlib.util.module_from_spec(spec)
-sys.modules.setdefault("llm_bench", bench)  # dataclasses look their module up there
-spec.loader.exec_module(bench)
+bench = bench_script("llm_bench")
 
 # tokens/s and seconds of each point by (precision, micro-batch), as on the H200 (fp8 compiles longer)
 TOKENS = {("bf16", 16): 91_000.0, ("fp8", 16): 103_000.0, ("fp8", 32): 110_000.0, ("bf16", 32): 90_000.0,

@@ -5,12 +5,11 @@ against a table of CARAML's values per system."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import HANG_S, ROOT, caraml, cli_env
+from conftest import ROOT, caraml, cli_env, run
 
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
@@ -148,7 +147,7 @@ def test_zero1_shards_optimizer_state_and_trains_as_unsharded(tmp_path):
     out = tmp_path / "zero1.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            str(ROOT / "tests" / "llm_zero1_worker.py"), str(out), "3", *(f"{k}={v}" for k, v in LAYOUTS.items())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(OMP_NUM_THREADS=1))
+    proc = run(cmd, env=cli_env(OMP_NUM_THREADS=1))
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     single = train_losses({"micro_batch_size": 4, "grad_accumulation": 2}, 3)

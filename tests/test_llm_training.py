@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, ROOT, SHARED_DATA, caraml, cli_env, needs_shared_data
+from conftest import ROOT, SHARED_DATA, caraml, cli_env, needs_shared_data, run
 
 from caraml.errors import BadInput
 from caraml.kit import torch_features
@@ -335,7 +335,7 @@ def test_parallel_layouts_train_like_one_process(tmp_path):
     out = tmp_path / "losses.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
            str(ROOT / "tests" / "llm_parallel_worker.py"), str(out), "3", *(f"{k}={v}" for k, v in LAYOUTS.items())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(OMP_NUM_THREADS=1))
+    proc = run(cmd, env=cli_env(OMP_NUM_THREADS=1))
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(out.read_text())
     single = {"a": train_losses({"micro_batch_size": 4, "grad_accumulation": 2}, 3),

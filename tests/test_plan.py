@@ -152,13 +152,9 @@ def test_estimate_of_a_resolved_point_matches_the_layout():
 
 
 def test_the_gpu_bench_sets_the_plans_time_beside_the_measured_one():
-    import importlib.util
-    from pathlib import Path
+    from conftest import bench_script
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "llm_bench.py"
-    spec = importlib.util.spec_from_file_location("llm_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_script("llm_bench")
     values = resolve(RunSpec("llm_training", {"precision": "bf16", "micro_batch_size": 16}, "800M")).values
     est = bench.plan_estimate(values)
     row = bench.plan_time(values, 2 * est["time_per_iteration_s"])

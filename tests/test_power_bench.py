@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import bench_script
 
-spec = importlib.util.spec_from_file_location("power_bench", Path(__file__).parents[1] / "bench" / "power_bench.py")
-power_bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(power_bench)
+power_bench = bench_script("power_bench")
 
 
 def _record(images_s, energy=None, window=35.0):

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, wait_until
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, run, wait_until
 
 from caraml.results.record import validate
 
@@ -124,11 +124,14 @@ def test_out_of_memory_is_recorded(results):
     assert records_in(results)[0]["status"] == "oom"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_during_measurement_keeps_what_was_measured(results, sig):
+@pytest.mark.parametrize("sig, inherited", [(signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.SIG_DFL),
+                                            (signal.SIGINT, signal.SIG_IGN)],
+                         ids=["sigterm", "sigint", "sigint-inherited-ignored"])
+def test_signal_during_measurement_keeps_what_was_measured(results, sig, inherited):
+    # inherited: how `caraml run` was started (`cmd &` in a shell: SIGINT ignored, kept so across exec)
     proc = subprocess.Popen([sys.executable, "-m", "caraml", *SMOKE, "measure_steps=100000", "--results",
                              str(results), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env())
+                            env=cli_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
     # The stop is checked after each step: a signal once measuring has begun keeps at least one step.
     seen = read_stderr_until(proc, "caraml: measuring")
     proc.send_signal(sig)
@@ -146,7 +149,7 @@ def test_signal_during_measurement_keeps_what_was_measured(results, sig):
 def test_ddp_two_processes_under_torchrun(results):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
            "-m", "caraml", *SMOKE, "measure_steps=4", "--results", str(results), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=cli_env(), cwd=ROOT)
+    proc = run(cmd, env=cli_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, "only rank 0 prints, and only the record"

@@ -178,7 +178,7 @@ def test_fno_smoke_preset_on_a_smoke_file_reads_the_smoke_shape(tmp_path):
     pytest.importorskip("h5py")
     cli("data", "fno-synthetic", "PIC1D", "--smoke", "--out", str(tmp_path / "data"), check=0)
     proc = cli("run", "fno", "--preset", "smoke-PIC1D", "data=file", f"data_path={tmp_path / 'data'}", "power=off",
-               "--results", str(tmp_path / "r"), "--json")
+               "workers=0", "--results", str(tmp_path / "r"), "--json")  # read in this process: no worker to start
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["metrics"]["input_shape"] == "[4,2,512]"  # the preset's particles, not the 100,000 of CARAML's

@@ -144,7 +144,10 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
         display.advance()
 
     held: list[tuple[int, SweepPoint]] = []  # points another process was running: waited for after the others
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)  # a killed sweep stops its point like Ctrl-C
+    # Ctrl-C, and a SIGTERM like it, stop the point and the sweep, whatever this process inherited: a shell starts
+    # `caraml sweep &` with SIGINT ignored, and an ignored signal stays ignored across exec, in the points too. A
+    # handler of this process's own is reset to the default in every child it starts.
+    old = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with display:
             for n, point in enumerate(runs, 1):
@@ -182,7 +185,8 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     except KeyboardInterrupt:  # between points
         raise SweepInterrupted(counts, tally.total - tally.passed) from None
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     return counts
 
 

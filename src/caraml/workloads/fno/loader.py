@@ -5,7 +5,8 @@ copied to the device batch by batch.
 - One process: the training loader shuffles. Several: a DistributedSampler per subset (training shuffled, reseeded
   each epoch with `set_epoch`; validation not), each rank taking its share of the *global* batch.
 - Pinned memory on CUDA, `workers` worker processes (CARAML: 4), kept alive between epochs, the last partial batch
-  kept (drop_last off), as CARAML's loaders.
+  kept (drop_last off), as CARAML's loaders. The workers are started by a fork server, never forked from the rank
+  (caraml.kit.loader_workers says why).
 - data=file reads each sample from the HDF5 file when a worker asks for it (CARAML's datasets read lazily too);
   data=synthetic-host serves arrays generated on the host instead, through the same loaders.
 
@@ -21,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from caraml.errors import BadInput
+from caraml.kit.loader_workers import worker_options
 from caraml.workloads.fno import files
 from caraml.workloads.fno.problems import TRAIN_FRACTION, Problem
 
@@ -118,8 +120,7 @@ class LoaderData:
             self.train_sampler = DistributedSampler(train_set, world, ctx.rank, shuffle=True, seed=ctx.seed)
             self.val_sampler = DistributedSampler(val_set, world, ctx.rank, shuffle=False)
         self.workers = cfg.workers
-        common = {"num_workers": cfg.workers, "persistent_workers": cfg.workers > 0,
-                  "pin_memory": ctx.device.type == "cuda"}
+        common = {**worker_options(cfg.workers, __name__), "pin_memory": ctx.device.type == "cuda"}
         gen = torch.Generator().manual_seed(ctx.seed)
         self.train_loader = DataLoader(train_set, batch_size=batch, sampler=self.train_sampler,
                                        shuffle=self.train_sampler is None, generator=gen, **common)

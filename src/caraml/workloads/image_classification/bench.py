@@ -110,15 +110,10 @@ class ClassificationBench:
                 y = torch.randint(0, cfg.num_classes, (cfg.batch_size,), device=self.device, generator=gen)
                 self._pool.append((x, y))
             return None
-        from torch.utils.data import DataLoader
+        from caraml.workloads.image_classification import synthetic
 
-        from caraml.workloads.image_classification.synthetic import SyntheticImages, ignore_stop_signals
-
-        source = SyntheticImages(cfg.batch_size, cfg.image_size, cfg.num_classes, self.seed + self.dist.rank)
-        loader = DataLoader(source, batch_size=None, num_workers=cfg.workers,
-                            pin_memory=self.device.type == "cuda",
-                            persistent_workers=cfg.workers > 0, worker_init_fn=ignore_stop_signals,
-                            prefetch_factor=4 if cfg.workers > 0 else None)
+        loader = synthetic.loader(cfg.batch_size, cfg.image_size, cfg.num_classes, self.seed + self.dist.rank,
+                                  cfg.workers, pin=self.device.type == "cuda")
         return iter(loader)
 
     def _next_batch(self):

@@ -18,10 +18,10 @@ from torch.utils.data import DataLoader, random_split
 from torch.utils.data.distributed import DistributedSampler
 
 from caraml.kit.epochs import run_epochs
+from caraml.kit.loader_workers import worker_options
 from caraml.measure.timing import figure_spread
 from caraml.workloads.image_classification.config import ClassificationConfig
 from caraml.workloads.image_classification.model import logits
-from caraml.workloads.image_classification.synthetic import ignore_stop_signals
 
 CONVENTION = ("caraml-epochs: images/s of an epoch = dataset_size (train + validation images, all ranks) / that "
               "epoch's wall time on rank 0 (training, learning-rate step, validation; device synchronised), mean "
@@ -50,10 +50,8 @@ def fake_data(cfg: ClassificationConfig, seed: int):
 
 def loader(data, cfg: ClassificationConfig, dist, pin: bool, shuffle: bool) -> DataLoader:
     sampler = DistributedSampler(data, num_replicas=dist.world_size, rank=dist.rank) if dist.world_size > 1 else None
-    workers = cfg.workers
     return DataLoader(data, batch_size=cfg.batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
-                      num_workers=workers, pin_memory=pin, persistent_workers=workers > 0,
-                      worker_init_fn=ignore_stop_signals if workers > 0 else None)
+                      pin_memory=pin, **worker_options(cfg.workers, "torchvision.datasets"))
 
 
 def on_device(batches, device, memory_format):

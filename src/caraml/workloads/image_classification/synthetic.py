@@ -1,21 +1,13 @@
 """Synthetic host data, in a module of its own: it imports torch at the top, so the declaration (imported to
-list and check parameters) stays light, and the dataset class stays picklable for DataLoader workers started
-with spawn or forkserver."""
+list and check parameters) stays light, and the dataset class stays picklable for DataLoader workers, which a
+fork server starts (caraml.kit.loader_workers)."""
 
 from __future__ import annotations
 
-import signal
-
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-
-def ignore_stop_signals(_worker_id: int) -> None:
-    """DataLoader worker_init_fn: a SIGTERM/SIGINT/SIGHUP sent to the whole process group is the main process's
-    to handle (it stops between steps and closes the loader); a worker dying of it would turn a clean stop into
-    a 'DataLoader worker killed' failure. Workers still end with their parent."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_IGN)
+from caraml.kit.loader_workers import worker_options
 
 
 class SyntheticImages(IterableDataset):
@@ -32,3 +24,9 @@ class SyntheticImages(IterableDataset):
         while True:
             yield (torch.randint(0, 256, self.shape, dtype=torch.uint8, generator=gen),
                    torch.randint(0, self.num_classes, (self.shape[0],), generator=gen))
+
+
+def loader(batch_size: int, image_size: int, num_classes: int, seed: int, workers: int, pin: bool) -> DataLoader:
+    """The steady state's host data: SyntheticImages through a DataLoader with `workers` processes."""
+    return DataLoader(SyntheticImages(batch_size, image_size, num_classes, seed), batch_size=None, pin_memory=pin,
+                      prefetch_factor=4 if workers > 0 else None, **worker_options(workers, __name__))
