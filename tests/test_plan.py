@@ -160,5 +160,5 @@ def test_the_gpu_bench_sets_the_plans_time_beside_the_measured_one():
     row = bench.plan_time(values, 2 * est["time_per_iteration_s"])
     assert row["plan_time_per_iteration_s"] == est["time_per_iteration_s"] > 0
     assert row["time_vs_plan"] == pytest.approx(2.0) and row["plan_tokens_per_s"] == est["tokens_per_s"]
-    assert bench.plan_time({"model_size": "no such size"}, 1.0)["time_vs_plan"] is None
+    assert bench.plan_time({"hidden_size": "wide"}, 1.0)["time_vs_plan"] is None  # a point with no estimate
     assert bench.plan_memory_gib(values) == pytest.approx(est["memory"]["total_bytes"] / 2 ** 30)
