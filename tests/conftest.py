@@ -39,6 +39,15 @@ def needs_shared_data(*names: str):
     missing = [name for name in names if not (SHARED_DATA / name).is_file()]
     return pytest.mark.skipif(bool(missing), reason=f"real data absent: {', '.join(missing)} not in {SHARED_DATA} "
                                                     "(CARAML's reference files, beside the project)")
+# torch 2.3's inductor forks its pool of compile workers when it is first imported (torch 2.4 on: when a compile
+# needs it): one compile thread keeps an in-process test in its process, as the guard below asks.
+try:
+    from importlib.metadata import version as _version
+
+    if tuple(int(part) for part in _version("torch").split(".")[:2]) < (2, 4):
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+except Exception:  # noqa: BLE001 - no torch, or an odd version string: nothing to keep in its process
+    pass
 # Bounds on a hang only: under load (2 cores, load average 14) the events come late, never this late.
 HANG_S = 600
 # Threads of a started `caraml` (and of this process's torch): the cores shared among pytest-xdist's workers, at most 2.
@@ -303,8 +312,8 @@ def pytest_collection_modifyitems(config, items):
 _current: pytest.Item | None = None
 _started: list[list[str]] = []
 _popen_init = subprocess.Popen.__init__
-PROBES = {"git", "uname", "ldconfig", "gcc", "cc", "ld", "objdump"}  # environment probes (git commit,
-# platform.processor(), ctypes.util.find_library): milliseconds, from in-process code paths too
+PROBES = {"git", "uname", "ldconfig", "gcc", "cc", "ld", "objdump", "fc-list"}  # environment probes (git commit,
+# platform.processor(), ctypes.util.find_library, matplotlib's first font scan): from in-process code paths too
 
 
 def _argv(args) -> list[str]:
