@@ -69,6 +69,13 @@ GROUPS = {
             "max_autotune_gemm_backends": "ATEN,TRITON",  # Triton conv templates need TRITON here too
             "max_autotune_pointwise": False, "coordinate_descent_tuning": False}}, expect_s=180),
         "batch512": Point(("batch_size=512",), expect_s=95, by_default=False),
+        # the whole train step (forward, backward, fused SGD) compiled and graphed as one: fewer graph edges
+        "step_scope": Point(("compile_scope=step",), expect_s=100, by_default=False),
+        # inductor tunes the launch of every fused kernel: the BatchNorm/ReLU/add kernels are 56 % of the step
+        "coord_descent": Point(knobs={"inductor": {"coordinate_descent_tuning": True}}, expect_s=150,
+                               by_default=False),
+        # the baseline once more (its caches warm): the spread of one point between two processes
+        "baseline_again": Point(expect_s=40, by_default=False),
     },
 }
 DEFAULT_BUDGET_S = 330.0  # baseline, stem_pad, cudnn_all_algos, conv1x1_as_mm: ≈ 300 s expected, 30 s to spare
