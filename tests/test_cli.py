@@ -47,6 +47,8 @@ def test_device_name_detection():
 
     assert systems.match_device_name("NVIDIA H200") == "H200"
     assert systems.match_device_name("NVIDIA H100 PCIe") == "H100"
+    assert systems.match_device_name("NVIDIA H100 80GB HBM3") == "H100SXM"  # the SXM5 card (cloud, DGX, HGX)
+    assert systems.match_device_name("NVIDIA H100 NVL") == "WAIH100"
     assert systems.match_device_name("NVIDIA A100-SXM4-80GB") == "MILA"
     assert systems.match_device_name("NVIDIA A100-SXM4-40GB") == "A100"
     assert systems.match_device_name("NVIDIA GH200 120GB") == "JUPITER"
