@@ -76,3 +76,9 @@ class Bench(Protocol):
     # `should_stop()` is called once per step of that loop (caraml.kit.epochs does), equally often on every rank,
     # and says when to end early. It reports
     # what it measured through details(), naming the convention of each figure.
+
+    # Optional: `live_loss() -> float | None`, asked when a live line is due: the loss of the newest step known to
+    # have completed, read without waiting for the device (caraml.kit.readback), or None.
+
+    # Optional: `extra_left(steps_done, elapsed_s) -> float | None`: the seconds the extra phase still needs, for
+    # its live line's ETA (None: unknown).

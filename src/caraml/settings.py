@@ -28,6 +28,17 @@ class MeasureSettings:
     # the step count is fixed from the slowest rank's warm-up step
     measure_seconds: float = setting(0.0, "if > 0, measure for about this long instead (step count fixed from the "
                                      "warm-up step time)", minimum=0.0, identifies=False)
+    # until-steady: measure until the mean step time is known to measure_ci (caraml.measure.steady), within caps.
+    # Not identifying, and left out of ids and job scripts at their defaults (points from before they existed).
+    measure: str = setting("fixed", "fixed: measure_steps (or measure_seconds); until-steady: until the 95 % "
+                           "interval of the mean step time is within measure_ci", choices=("fixed", "until-steady"),
+                           identifies=False, identifies_at_default=False)
+    measure_ci: float = setting(0.01, "until-steady: stop when the 95 % interval's half-width is this share of the "
+                                "mean step time", minimum=0.0001, identifies=False, identifies_at_default=False)
+    measure_max_steps: int = setting(10000, "until-steady: measure at most this many steps", minimum=1,
+                                     identifies=False, identifies_at_default=False)
+    measure_max_seconds: float = setting(600.0, "until-steady: measure at most this long (s)", minimum=1.0,
+                                         identifies=False, identifies_at_default=False)
     seed: int = setting(0, "random seed for weights and synthetic data", minimum=0, identifies=False)
     # A cpu run and a cuda run are different configurations: device identifies.
     device: str = setting("auto", "auto (GPU when present), cuda, cpu", choices=("auto", "cuda", "cpu"))

@@ -15,7 +15,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from caraml.measure.log import LONG_FIRST_STEP, LiveLog, fmt_seconds
+from caraml.measure import steady
+from caraml.measure.log import LONG_FIRST_STEP, LiveLog, eta_text, fmt_seconds
 from caraml.measure.stops import StopRequested
 from caraml.measure.timing import StepClock, summarize
 from caraml.settings import MeasureSettings
@@ -36,6 +37,7 @@ class Measurement:
     steps: int = 0
     stop_signal: str | None = None
     agreed: bool = False  # all ranks stopped at the same step, so collectives are still safe
+    window: dict | None = None  # how the measured window ended (caraml.measure.steady.window_record)
 
 
 def say(message: str, dist) -> None:
@@ -60,7 +62,7 @@ def run_steps(bench, settings: MeasureSettings, device, dist, m: Measurement, st
     try:
         if not _warm_up(bench, settings, sync, dist, m, stop, monitor, log):
             return  # stopped before the window: the power phases end where the run did
-        _measure(bench, _window_steps(settings, dist, m), device, sync, dist, m, stop, monitor, log)
+        _measure(bench, settings, device, sync, dist, m, stop, monitor, log)
         _run_extra(bench, dist, m, stop, monitor, log)
     finally:
         gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
@@ -131,34 +133,97 @@ def _window_steps(settings: MeasureSettings, dist, m: Measurement) -> int:
     return max(1, int(settings.measure_seconds / max(dist.all_reduce(typical, "max"), 1e-9)))
 
 
-def _measure(bench, steps: int, device, sync, dist, m: Measurement, stop: StopRequested, monitor,
+def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measurement, stop: StopRequested, monitor,
              log: LiveLog) -> None:
-    """The measured window: `steps` steps between two device synchronisations. Its interval lines read only
-    steps that have completed (StepClock.completed: no synchronisation inside the window)."""
+    """The measured window: a fixed number of steps, or until-steady (until the mean step time's interval is within
+    measure_ci, caps aside), between two device synchronisations. Its interval lines and steadiness checks read
+    only steps that have completed (StepClock.completed: no synchronisation inside the window)."""
+    until_steady = settings.measure == "until-steady"
+    steps = settings.measure_max_steps if until_steady else _window_steps(settings, dist, m)
     dist.barrier()
     _enter("measure", m, monitor)
     if hasattr(bench, "begin_measure"):  # the workload learns which steps are measured (its own per-step figures)
         bench.begin_measure()
-    log.phase_start("measuring", f"measuring: {steps} steps", steps=steps)
+    log.phase_start("measuring", f"measuring until the mean step time is known within ±{100 * settings.measure_ci:g} "
+                    f"% (at most {steps} steps, {fmt_seconds(settings.measure_max_seconds)})" if until_steady
+                    else f"measuring: {steps} steps", steps=None if until_steady else steps)
     clock = StepClock(device.type, sync)
     clock.start()
-    last = time.perf_counter()
-    done = done_s = 0
+    line = _Lines(bench, log, device, clock, settings, steps if not until_steady else None)
+    stopped_by = "steps"
     for _ in range(steps):
         bench.step()
         clock.tick()
         m.steps += 1
-        if log.interval_s > 0 and log.due(last, now := time.perf_counter()):
-            n, t = clock.completed()
-            if n > done:
-                log.throughput("measuring", n, steps, n - done, t - done_s,
-                               clock="device events" if device.type == "cuda" else "host")
-                done, done_s, last = n, t, now
+        line.maybe(m.steps)
         if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
+            stopped_by = "stop"
             break
+        if until_steady and (why := _steady_agreed(clock, settings, dist, m.steps)):
+            stopped_by = why
+            break
+    else:
+        stopped_by = "max_steps" if until_steady else "steps"
     m.wall_s, m.step_times = clock.stop()
-    log.phase_end("measuring", f"{m.steps} steps, {fmt_seconds(m.wall_s / m.steps) if m.steps else '-'}/step",
-                  steps=m.steps, window_s=round(m.wall_s, 6))
+    _close_window(settings, m, stopped_by, dist, log)
+
+
+class _Lines:
+    """The measured window's interval lines: rates, loss and ETA of the steps completed since the last line."""
+
+    def __init__(self, bench, log: LiveLog, device, clock: StepClock, settings: MeasureSettings, total: int | None):
+        self.bench, self.log, self.clock, self.settings, self.total = bench, log, clock, settings, total
+        self.where = "device events" if device.type == "cuda" else "host"
+        self.done = 0
+        self.done_s = 0.0
+        self.last = time.perf_counter()
+
+    def maybe(self, steps: int) -> None:
+        if not self.log.due(self.last, now := time.perf_counter()):
+            return
+        n, t = self.clock.completed()
+        if n <= self.done:
+            return
+        step_s = (t - self.done_s) / (n - self.done)
+        loss = self.bench.live_loss() if hasattr(self.bench, "live_loss") else None
+        self.log.throughput("measuring", n, self.total, n - self.done, t - self.done_s, clock=self.where,
+                            loss=loss, eta_s=self._eta(steps, step_s, now), eta_upper=self.total is None)
+        self.done, self.done_s, self.last = n, t, now
+
+    def _eta(self, steps: int, step_s: float, now: float) -> float:
+        """Fixed window: the steps left at the recent step time; until-steady: up to its caps."""
+        if self.total is not None:
+            return (self.total - steps) * step_s
+        left = (self.settings.measure_max_steps - steps) * step_s
+        return max(0.0, min(left, self.settings.measure_max_seconds - (now - self.clock.wall_start)))
+
+
+def _steady_agreed(clock: StepClock, settings: MeasureSettings, dist, steps: int) -> str | None:
+    """Why an until-steady window stops now ("interval", "max_seconds"), or None; asked at the same steps on every
+    rank (steady.check_every), and agreed: the interval when every rank has it, a cap when any rank reached it."""
+    if steps % steady.check_every(steps):
+        return None
+    capped = time.perf_counter() - clock.wall_start >= settings.measure_max_seconds
+    done = steady.verdict(clock.completed_times(), settings.measure_ci).stop
+    if dist.world_size > 1:
+        capped = dist.all_reduce(1.0 if capped else 0.0, "max") > 0
+        done = dist.all_reduce(1.0 if done else 0.0, "sum") >= dist.world_size
+    return "interval" if done else "max_seconds" if capped else None
+
+
+def _close_window(settings: MeasureSettings, m: Measurement, stopped_by: str, dist, log: LiveLog) -> None:
+    """The window's record (metrics.window), the warning when a cap ended an until-steady window, the phase's end."""
+    target = settings.measure_ci if settings.measure == "until-steady" else None
+    m.window = steady.window_record(settings.measure, m.steps, m.wall_s, m.step_times, target, stopped_by)
+    cap = {"max_steps": f"measure_max_steps={settings.measure_max_steps}",
+           "max_seconds": f"measure_max_seconds={settings.measure_max_seconds:g}"}.get(stopped_by, "")
+    warning = steady.cap_warning(m.window, cap)
+    if warning:
+        say(warning, dist)
+    ci = m.window["ci_rel"]
+    log.phase_end("measuring", f"{m.steps} steps, {fmt_seconds(m.wall_s / m.steps) if m.steps else '-'}/step"
+                  + (f" ±{100 * ci:.1f} %" if ci is not None else ""),
+                  steps=m.steps, window_s=round(m.wall_s, 6), stopped_by=stopped_by, ci_rel=ci)
 
 
 def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor, log: LiveLog) -> None:
@@ -178,7 +243,9 @@ def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor, log: L
         # collectively with several (the same count on every rank, as the contract asks).
         count = next(calls)
         if log.due(last[0], now := time.perf_counter()):
-            log.progress(f"{phase}: {count - 1} steps, {fmt_seconds(now - log_start)} so far")
+            left = bench.extra_left(count - 1, now - log_start) if hasattr(bench, "extra_left") else None
+            log.progress(f"{phase}: {count - 1} steps, {fmt_seconds(now - log_start)} so far"
+                         + (f", {eta_text(left)}" if left is not None else ""))
             last[0] = now
         return _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY, count=count)
 
@@ -230,6 +297,7 @@ def metrics(info, dims, dist, m: Measurement, peak_tflops: float | None, interru
         "units": units,
         "measured_steps": m.steps,
         "measured_time_s": wall,
+        "window": m.window,
         "step_time_s": steady,
         "warmup": {"steps": len(m.warmup_times), "time_s": m.warmup_s or sum(m.warmup_times),
                    "first_step_s": first, "compile_s": compile_s, "step_times_s": m.warmup_times},

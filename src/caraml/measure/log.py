@@ -44,6 +44,11 @@ def fmt_seconds(s: float) -> str:
     return f"{s * 1e3:.1f} ms"
 
 
+def eta_text(seconds: float, upper: bool = False) -> str:
+    """`ETA 12.3 s`; `ETA <= 4.2 min` where the phase may end sooner (a window until steady, within its caps)."""
+    return f"ETA {'<= ' if upper else ''}{fmt_seconds(max(0.0, seconds))}"
+
+
 def fmt_bytes(n: float | None) -> str:
     if not n:
         return "-"
@@ -215,8 +220,10 @@ class LiveLog:
         return elapsed
 
     def throughput(self, phase: str, step: int, total: int | None, steps: int, seconds: float,
-                   clock: str = "device") -> None:
-        """One interval: `steps` steps took `seconds` (the harness's own timings, read without a sync)."""
+                   clock: str = "device", loss: float | None = None, eta_s: float | None = None,
+                   eta_upper: bool = False) -> None:
+        """One interval: `steps` steps took `seconds` (the harness's own timings, read without a sync); with the
+        workload's latest completed loss and the phase's ETA (`eta_upper`: at most that long) where known."""
         if not self.is_main or steps <= 0 or seconds <= 0:
             return
         step_s = seconds / steps
@@ -240,6 +247,12 @@ class LiveLog:
             fields["peak_memory_bytes"] = mem
             fields["memory"] = where
             text.append(f"mem {fmt_bytes(mem)}" + (" (host)" if where == "host" else ""))
+        if loss is not None:
+            fields["loss"] = _num(loss, 4)
+            text.append(f"loss {loss:.4g}")
+        if eta_s is not None:
+            fields["eta_s"] = _num(eta_s, 1)
+            text.append(eta_text(eta_s, eta_upper))
         self._event("throughput", value=_num(value, 2), **fields)
         self.progress("  ".join(text))
 

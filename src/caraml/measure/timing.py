@@ -57,6 +57,7 @@ class StepClock:
         self._host: list[float] = []
         self._last = 0.0
         self._done = 0  # CUDA: the steps known to have completed (events complete in the order recorded)
+        self._times: list[float] = []  # CUDA: the durations of the completed steps read so far
         self.wall_start = 0.0
 
     def start(self) -> None:
@@ -99,6 +100,16 @@ class StepClock:
                 hi = mid - 1
         self._done = lo
         return lo, (ev[0].elapsed_time(ev[lo]) / 1e3 if lo else 0.0)
+
+    def completed_times(self) -> list[float]:
+        """Each completed step's duration (s), in order, without synchronising (see `completed`): the list grows as
+        steps complete; the caller must not change it."""
+        if not self._cuda:
+            return self._host
+        done, _ = self.completed()
+        ev, times = self._events, self._times
+        times.extend(ev[i].elapsed_time(ev[i + 1]) / 1e3 for i in range(len(times), done))
+        return times
 
     def stop(self) -> tuple[float, list[float]]:
         """Wall time of the window (s) and each step's duration (s)."""

@@ -23,6 +23,7 @@ from caraml.contract import BenchInfo, RunContext
 from caraml.kit.compile import compile_options
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, autocast_dtype, matmul_tf32_allowed, precision_in_use
+from caraml.kit.readback import Readback
 from caraml.workloads.llm_training import caraml_log, fp8, parallel, sizes
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training.config import TrainingConfig
@@ -129,6 +130,7 @@ class GPTBench:
         self._updates_at_measure = 0  # optimizer steps taken before the measured window
         self._window_start = None  # the clock reading at begin_measure: the start of the first measured step
         self._first_start = None  # the clock reading at the start of the first step
+        self._loss_readback = Readback()  # the live line's loss, copied to the host without a synchronisation
 
     def _info(self) -> BenchInfo:
         compute = self.cfg.compute
@@ -304,6 +306,16 @@ class GPTBench:
         self._measured_from = len(self._ends)
         self._updates_at_measure = self.updates
         self._window_start = self._clock()
+
+    def live_loss(self) -> float | None:
+        """The global-batch loss of the newest step known to have completed (the contract's live_loss)."""
+        if self.losses:
+            self._loss_readback.request(self.losses[-1])
+        return self._loss_readback.latest()
+
+    def extra_left(self, steps_done: int, elapsed_s: float) -> float:
+        """Seconds until exit_after_minutes (counted from the start, as Megatron does)."""
+        return max(0.0, self.cfg.caraml.exit_after_minutes * 60.0 - (time.monotonic() - self.started))
 
     # convention=caraml-log --------------------------------------------------------------------------------------
     def run_extra(self, should_stop) -> None:
