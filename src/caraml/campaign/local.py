@@ -106,7 +106,7 @@ def run_local(p: sweep.Plan, results: str, resume: bool, python: str | None = No
     env["PYTHONPATH"] = launchers.source_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     counts: dict[str, int] = {}
     labels = point_labels(runs)
-    tally = Tally(total=len(runs), to_run=len(todo))
+    tally = Tally(total=len(runs), to_run=len(todo), window_cap_s=window_cap([r for r in runs if r.key in todo]))
     display = _display(p.suite.name, tally)
     kept = records if records is not None else []
     sweep_began = time.time()
@@ -209,6 +209,8 @@ class Tally:
     started: float = field(default_factory=time.monotonic)
     left_over: int = 0  # points that were to run but were not (running elsewhere)
     running_since: float | None = None  # when the point now running started
+    # The points measure until steady, each window at most this long (measure_max_seconds): the ETA's upper bound
+    window_cap_s: float | None = None
 
     def starting(self, now: float | None = None) -> None:
         self.running_since = time.monotonic() if now is None else now
@@ -230,11 +232,30 @@ class Tally:
         ran = 0.0 if self.running_since is None else (time.monotonic() if now is None else now) - self.running_since
         return max(0.0, left * mean - min(mean, ran))
 
+    def eta_upper(self, now: float | None = None) -> float | None:
+        """With until-steady windows, the most the points left may take: each its mean duration so far (which
+        holds a window no longer than the cap) plus a whole window of window_cap_s; None without a cap or before
+        the first point ended."""
+        if self.window_cap_s is None or not self.durations:
+            return None
+        left = max(0, self.to_run - len(self.durations) - self.left_over)
+        mean = sum(self.durations) / len(self.durations)
+        ran = 0.0 if self.running_since is None else (time.monotonic() if now is None else now) - self.running_since
+        return max(0.0, left * (mean + self.window_cap_s) - min(mean + self.window_cap_s, ran))
+
     def clock(self, took: float | None = None, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
-        elapsed, eta = now - self.started, self.eta(now)
+        elapsed, eta, upper = now - self.started, self.eta(now), self.eta_upper(now)
         return ", ".join(([f"took {duration(took)}"] if took is not None else []) + [f"elapsed {duration(elapsed)}"]
-                         + ([f"ETA {duration(eta)}"] if eta is not None else []))
+                         + ([f"ETA {duration(eta)}" + (f" (at most {duration(upper)})" if upper is not None else "")]
+                            if eta is not None else []))
+
+
+def window_cap(points: list[SweepPoint]) -> float | None:
+    """The longest measure_max_seconds of the points that measure until steady (None: none does)."""
+    caps = [float(p.params.get("measure_max_seconds", 600.0)) for p in points
+            if p.params.get("measure") == "until-steady"]
+    return max(caps) if caps else None
 
 
 def duration(seconds: float) -> str:

@@ -84,6 +84,11 @@ def _step_spread(r):
     return (p90 - p10) / med if med and p10 is not None and p90 is not None else None
 
 
+def _interval(r):
+    """The 95 % interval's half-width over the mean step time of the measured window (caraml.measure.steady)."""
+    return _num((_m(r).get("window") or {}).get("ci_rel"))
+
+
 # The record's CARAML-convention figure of each workload (a mean over epochs or log intervals).
 CARAML_FIGURES = ("caraml_images_per_s", "caraml_tokens_per_s", "caraml_timesteps_per_s")
 
@@ -216,6 +221,7 @@ def ours(unit: str) -> list[Column]:
         metric("step_time_s", "StepTime s", lambda r: _num((_m(r).get("step_time_s") or {}).get("median")),
                default=False),
         metric("peak_memory_gib", "PeakMemory GiB", _peak_gib, "gib", default=False),
+        metric("interval", "Interval", _interval, "pm", default=False),
         metric("energy_measure_wh", "MeasureEnergy Wh", lambda r: energy_of(r).measure_wh, default=False),
         Column("energy_source", "EnergySource", lambda p: p.energy().source or (
             "-" if p.energy().available else "none"), default=False),
@@ -271,6 +277,8 @@ def _declared(col, params=()) -> Column:
 
     def get(r, key=key, sub=sub):
         value = _m(r).get(key)
+        if sub and sub != "value":  # a figure inside a metric's dict: metric:loss.last
+            value = value.get(sub) if isinstance(value, dict) else None
         return _value(value) if sub == "value" else _num(value) if col.style != "text" else value
 
     if kind == "metric" and col.style == "word":  # a word, not a number: the representative run's
@@ -363,7 +371,8 @@ def resolve(columns: list[Column], name: str, points=()) -> Column | None:
 # What the text table adds to a header so that figures of one name but another convention are told apart.
 NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_throughput": "CARAML",
          "caraml_images_per_s": "CARAML", "time_per_iteration_s": "median", "step_spread": "p90-p10",
-         "caraml_cv": "std/mean", "caraml_iterations": "CARAML", "caraml_time_per_iteration_s": "CARAML",
+         "caraml_cv": "std/mean",
+         "interval": "95% of mean step", "caraml_iterations": "CARAML", "caraml_time_per_iteration_s": "CARAML",
          "caraml_tokens_per_s": "CARAML", "caraml_tflops_per_device": "CARAML"}
 # Kept longest when a table is narrowed to fit (after the columns it keeps always).
 HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")

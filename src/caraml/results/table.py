@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from caraml.errors import printable
 
 FORMATS = ("table", "csv", "json", "markdown")
-RIGHT = ("int", "num", "pct", "gib", "ratio")
+RIGHT = ("int", "num", "pct", "gib", "ratio", "pm")
 
 
 @dataclass
@@ -131,6 +131,8 @@ def format_value(value, style: str = "text") -> str:
         return "on" if value else "off"
     if style == "pct" and isinstance(value, (int, float)):
         return f"{100 * value:.1f}%"
+    if style == "pm" and isinstance(value, (int, float)):  # a relative half-width: ±1.2 %
+        return f"±{100 * value:.1f} %"
     if style == "ratio" and isinstance(value, (int, float)):
         return f"{value:.2f}x"
     if style == "gib" and isinstance(value, (int, float)):

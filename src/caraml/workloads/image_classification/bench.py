@@ -16,11 +16,13 @@ from caraml.kit.compile import TORCH_COMPILERS, compile_options
 from caraml.kit.data_parallel import wrap_ddp
 from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, check_precision, grad_scaler, precision_in_use
+from caraml.kit.readback import Readback
 from caraml.kit.step import backward_and_step
 from caraml.workloads.image_classification.config import ClassificationConfig
 from caraml.workloads.image_classification.flops import FLOPS_CONVENTION, count_flops_per_image
 from caraml.workloads.image_classification.model import logits, make_model
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs
 STEADY = "steady-state: images of the measured steps (all data-parallel ranks) / the slowest rank's window"
 
 
@@ -47,6 +49,11 @@ class ClassificationBench:
             compile_setup_s=self.compile_setup_s)
         self.epochs = None
         self.extra_phase = "caraml-epochs" if cfg.epochs_asked else None
+        # The live line's loss: the last step's, kept by reference (no kernel, no sync) - except where CUDA graphs
+        # replay the step (its output is overwritten by the next replay, and reading it then is an error).
+        self._keep_loss = not (cfg.compile in TORCH_COMPILERS and cfg.compile_mode in CUDA_GRAPH_MODES)
+        self._last_loss = None
+        self._loss_readback = Readback()
 
     # setup ----------------------------------------------------------------------------------
     @staticmethod
@@ -134,7 +141,21 @@ class ClassificationBench:
             x, y = self._pool[self._i]
         else:
             x, y = self._next_batch()
-        self._train(x, y)
+        loss = self._train(x, y)
+        if self._keep_loss:
+            self._last_loss = loss.detach()
+
+    def live_loss(self) -> float | None:
+        """The loss of the newest step known to have completed (the contract's live_loss)."""
+        self._loss_readback.request(self._last_loss)
+        return self._loss_readback.latest()
+
+    def extra_left(self, steps_done: int, elapsed_s: float) -> float | None:
+        """The epochs' seconds left: their steps left at the mean step time so far."""
+        total = self.epochs.total_steps if self.epochs is not None else None
+        if not total or steps_done <= 0:
+            return None
+        return max(0, total - steps_done) * elapsed_s / steps_done
 
     def run_extra(self, should_stop) -> None:
         """CARAML's epochs (convention=caraml-epochs), after the steady-state window, on the same model;

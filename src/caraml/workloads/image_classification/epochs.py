@@ -104,6 +104,8 @@ class EpochRunner:
         self.scheduler = torch.optim.lr_scheduler.StepLR(bench.optimizer, step, gamma) if step > 0 else None
         self.input_format = bench.input_format
         self.sizes = (len(train), len(val))
+        # every step the epochs ask should_stop() for: training and validation batches of every epoch
+        self.total_steps = (cfg.warmup_epochs + cfg.epochs) * (len(self.train) + len(self.val))
         self.setup_s = time.perf_counter() - start
         self.epoch_times: list[float] = []
         self.warmup_times: list[float] = []

@@ -296,6 +296,8 @@ WORKLOAD = register(Workload(
              Col("time_per_iteration_s", "IterationTime s", "shared:time_per_iteration_s"),
              "throughput",
              Col("tflops_caraml_per_device", "TFLOP/s/GPU (CARAML formula)", "metric:tflops_caraml_per_device", "num"),
+             # the last measured step's global-batch loss (records without one: no column)
+             Col("loss", "Loss", "metric:loss.last", "num", default="if-any"),
              "energy_wh", "ours",
              Col("micro_batch_size", "MicroBatchSize", "param:micro_batch_size", "int", default=False),
              Col("grad_accumulation", "GradAccumulation", "param:grad_accumulation", "int", default=False),
