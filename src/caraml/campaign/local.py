@@ -26,6 +26,7 @@ from caraml.errors import BadInput, printable
 from caraml.paths import ensure_writable_dir
 from caraml.results import record as rec
 from caraml.results.store import Store
+from caraml.settings import MeasureSettings
 
 
 class LocalExecutor:
@@ -253,7 +254,7 @@ class Tally:
 
 def window_cap(points: list[SweepPoint]) -> float | None:
     """The longest measure_max_seconds of the points that measure until steady (None: none does)."""
-    caps = [float(p.params.get("measure_max_seconds", 600.0)) for p in points
+    caps = [float(p.params.get("measure_max_seconds", MeasureSettings.measure_max_seconds)) for p in points
             if p.params.get("measure") == "until-steady"]
     return max(caps) if caps else None
 

@@ -1,0 +1,125 @@
+"""measure=until-steady: the window runs until the mean step time's 95 % interval is within measure_ci (batch means,
+a drift check, at least 100 steps, caps), the same step on every rank; the record's metrics.window says how it
+ended, `caraml show` and the `interval` column show it, and a window length given with it is refused."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+from conftest import ROOT, cli, cli_env, records_in, run
+
+from caraml.measure import steady
+from caraml.results.table import format_value
+
+TINY = ("run", "image_classification", "--preset", "smoke", "power=off", "data=synthetic-device", "batch_size=2",
+        "image_size=32", "num_classes=10", "warmup_steps=2", "log_interval=0")
+STEADY = ("measure=until-steady", "measure_ci=0.05", "measure_max_steps=150")
+
+
+def _noise(n: int, mean: float = 0.01, rel: float = 0.05, seed: int = 1) -> list[float]:
+    r = random.Random(seed)
+    return [mean * (1 + rel * r.gauss(0, 1)) for _ in range(n)]
+
+
+def test_steady_noise_stops_once_the_interval_is_narrow_enough():
+    v = steady.verdict(_noise(300), target_ci=0.01)
+    assert v.stop and not v.drifting and v.steps == 300
+    assert v.mean == pytest.approx(0.01, rel=0.01) and v.ci_rel <= 0.01
+
+
+def test_never_before_the_minimum_steps_even_when_narrow():
+    v = steady.verdict(_noise(99, rel=0.001), target_ci=0.05)
+    assert not v.stop and v.ci_rel is not None and v.ci_rel < 0.05
+
+
+def test_a_drifting_series_does_not_stop_though_its_interval_is_within_the_target():
+    r = random.Random(2)
+    series = [1 + 1e-4 * i + 1e-3 * r.gauss(0, 1) for i in range(2000)]  # +20 % over the window
+    v = steady.verdict(series, target_ci=0.05)
+    assert v.ci_rel < 0.05 and v.drifting and not v.stop
+
+
+def test_noisy_steps_do_not_stop_at_a_tight_target():
+    v = steady.verdict(_noise(500, rel=0.5), target_ci=0.001)
+    assert not v.stop and v.ci_rel > 0.001
+
+
+def test_too_few_steps_give_no_interval():
+    assert steady.verdict([], 0.01).ci_rel is None and steady.verdict([0.1], 0.01).ci_rel is None
+
+
+def test_students_t_quantiles():
+    assert steady.t_975(1) == pytest.approx(12.706) and steady.t_975(19) == pytest.approx(2.093, abs=1e-3)
+    assert steady.t_975(30) == pytest.approx(2.042, abs=1e-3) and steady.t_975(10**6) == pytest.approx(1.960, abs=1e-3)
+
+
+def test_a_cap_reached_before_the_target_is_one_warning_with_the_achieved_interval():
+    window = steady.window_record("until-steady", 150, 3.0, _noise(150, rel=0.5), 0.001, "max_steps")
+    line = steady.cap_warning(window, "measure_max_steps=150")
+    assert "measure_max_steps=150" in line and "150 steps" in line and f"±{100 * window['ci_rel']:.2f} %" in line
+    assert steady.cap_warning({**window, "stopped_by": "interval"}, "") is None
+    assert steady.cap_warning({**window, "mode": "fixed", "stopped_by": "steps"}, "") is None
+
+
+def test_checks_come_at_the_same_steps_on_every_rank_and_rarer_in_long_windows():
+    assert steady.check_every(10) == 10 and steady.check_every(999) == 10 and steady.check_every(5000) == 50
+
+
+def test_the_interval_column_reads_plus_minus_percent():
+    assert format_value(0.0123, "pm") == "±1.2 %"
+
+
+def test_a_tiny_cpu_run_until_steady_records_its_window(tmp_path):
+    proc = cli(*TINY, *STEADY, "--results", tmp_path, "--json", check=0)
+    record = json.loads(proc.stdout)
+    window, m = record["metrics"]["window"], record["metrics"]
+    assert record["status"] == "ok" and window["mode"] == "until-steady" and window["target_ci"] == 0.05
+    assert window["stopped_by"] in ("interval", "max_steps") and 100 <= window["steps"] <= 150
+    assert window["steps"] == m["measured_steps"] and window["ci_rel"] > 0
+    if window["stopped_by"] == "interval":
+        assert window["ci_rel"] <= 0.05
+    if window["stopped_by"] == "max_steps":  # the cap came first: one line says so, with what was reached
+        assert proc.stderr.count("caraml: warning: the measured window stopped at measure_max_steps=150") == 1
+    # measurement settings, not identity: a fixed run of the same configuration has the same id
+    fixed = json.loads(cli(*TINY, "--results", tmp_path, "--json", check=0).stdout)
+    assert fixed["id"] == record["id"] and fixed["metrics"]["window"]["mode"] == "fixed"
+    assert fixed["metrics"]["window"]["stopped_by"] == "steps" and fixed["metrics"]["window"]["target_ci"] is None
+    shown = cli("show", record["run_id"], "--results", tmp_path, check=0).stdout
+    assert f"window  until-steady: {window['steps']} steps in " in shown and "(target ±5.00 %)" in shown, shown
+    table = cli("result", "--results", tmp_path, "--workload", "image_classification", "--columns",
+                "id,interval", "--format", "csv", check=0).stdout
+    assert "Interval" in table.splitlines()[0]
+
+
+def test_a_window_length_given_with_until_steady_is_refused_in_one_line(tmp_path):
+    for given in ("measure_steps=20", "measure_seconds=5"):
+        proc = cli(*TINY, "measure=until-steady", given, "--results", tmp_path, check=2)
+        key = given.partition("=")[0]
+        assert proc.stderr.count("\n") == 1 and f"{key}=" in proc.stderr and "measure=until-steady" in proc.stderr
+    assert not (tmp_path / "runs").exists() or not records_in(tmp_path)
+
+
+def test_a_caps_own_step_count_stops_it_with_the_warning(tmp_path):
+    proc = cli(*TINY, "measure=until-steady", "measure_ci=0.0001", "measure_max_steps=20", "--results", tmp_path,
+               "--json", check=0)
+    window = json.loads(proc.stdout)["metrics"]["window"]
+    assert window["stopped_by"] == "max_steps" and window["steps"] == 20
+    assert "warning: the measured window stopped at measure_max_steps=20 after 20 steps" in proc.stderr
+
+
+@pytest.mark.subprocess
+@pytest.mark.multiprocess
+def test_two_ranks_stop_on_the_same_step(results):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29547",
+           "-m", "caraml", *TINY, *STEADY, "--results", str(results), "--json"]
+    proc = run(cmd, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    m = record["metrics"]
+    assert record["status"] == "ok" and m["window"]["stopped_by"] in ("interval", "max_steps")
+    # both ranks ran the window's steps: the units are both ranks' images of that many steps
+    assert m["units"] == 2 * 2 * m["window"]["steps"] and m["measured_steps"] == m["window"]["steps"]
+
