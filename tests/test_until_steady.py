@@ -16,6 +16,9 @@ from caraml.results.table import format_value
 
 TINY = ("run", "image_classification", "--preset", "smoke", "power=off", "data=synthetic-device", "batch_size=2",
         "image_size=32", "num_classes=10", "warmup_steps=2", "log_interval=0")
+# A GPT of two layers: steps of milliseconds, so a window of 100-150 steps takes seconds on a CPU.
+TINY_GPT = ("run", "llm_training", "--preset", "smoke", "power=off", "warmup_steps=1", "log_interval=0")
+TOKENS_PER_STEP = 2 * 64  # the smoke preset's micro-batch of 2 sequences of 64 tokens, per replica
 STEADY = ("measure=until-steady", "measure_ci=0.05", "measure_max_steps=150")
 
 
@@ -73,7 +76,7 @@ def test_the_interval_column_reads_plus_minus_percent():
 
 
 def test_a_tiny_cpu_run_until_steady_records_its_window(tmp_path):
-    proc = cli(*TINY, *STEADY, "--results", tmp_path, "--json", check=0)
+    proc = cli(*TINY_GPT, *STEADY, "--results", tmp_path, "--json", check=0)
     record = json.loads(proc.stdout)
     window, m = record["metrics"]["window"], record["metrics"]
     assert record["status"] == "ok" and window["mode"] == "until-steady" and window["target_ci"] == 0.05
@@ -84,12 +87,13 @@ def test_a_tiny_cpu_run_until_steady_records_its_window(tmp_path):
     if window["stopped_by"] == "max_steps":  # the cap came first: one line says so, with what was reached
         assert proc.stderr.count("caraml: warning: the measured window stopped at measure_max_steps=150") == 1
     # measurement settings, not identity: a fixed run of the same configuration has the same id
-    fixed = json.loads(cli(*TINY, "--results", tmp_path, "--json", check=0).stdout)
+    fixed = json.loads(cli(*TINY_GPT, "--results", tmp_path, "--json", check=0).stdout)
     assert fixed["id"] == record["id"] and fixed["metrics"]["window"]["mode"] == "fixed"
     assert fixed["metrics"]["window"]["stopped_by"] == "steps" and fixed["metrics"]["window"]["target_ci"] is None
     shown = cli("show", record["run_id"], "--results", tmp_path, check=0).stdout
-    assert f"window  until-steady: {window['steps']} steps in " in shown and "(target ±5.00 %)" in shown, shown
-    table = cli("result", "--results", tmp_path, "--workload", "image_classification", "--columns",
+    line = next(la for la in shown.splitlines() if la.startswith("  window "))
+    assert f"until-steady: {window['steps']} steps in " in line and "(target ±5.00 %)" in line, shown
+    table = cli("result", "--results", tmp_path, "--workload", "llm_training", "--columns",
                 "id,interval", "--format", "csv", check=0).stdout
     assert "Interval" in table.splitlines()[0]
 
@@ -103,7 +107,7 @@ def test_a_window_length_given_with_until_steady_is_refused_in_one_line(tmp_path
 
 
 def test_a_caps_own_step_count_stops_it_with_the_warning(tmp_path):
-    proc = cli(*TINY, "measure=until-steady", "measure_ci=0.0001", "measure_max_steps=20", "--results", tmp_path,
+    proc = cli(*TINY_GPT, "measure=until-steady", "measure_ci=0.0001", "measure_max_steps=20", "--results", tmp_path,
                "--json", check=0)
     window = json.loads(proc.stdout)["metrics"]["window"]
     assert window["stopped_by"] == "max_steps" and window["steps"] == 20
@@ -113,13 +117,13 @@ def test_a_caps_own_step_count_stops_it_with_the_warning(tmp_path):
 @pytest.mark.subprocess
 @pytest.mark.multiprocess
 def test_two_ranks_stop_on_the_same_step(results):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29547",
-           "-m", "caraml", *TINY, *STEADY, "--results", str(results), "--json"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29571",
+           "-m", "caraml", *TINY_GPT, *STEADY, "--results", str(results), "--json"]
     proc = run(cmd, env=cli_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     m = record["metrics"]
     assert record["status"] == "ok" and m["window"]["stopped_by"] in ("interval", "max_steps")
-    # both ranks ran the window's steps: the units are both ranks' images of that many steps
-    assert m["units"] == 2 * 2 * m["window"]["steps"] and m["measured_steps"] == m["window"]["steps"]
+    # both ranks ran the window's steps: the units are both replicas' tokens of that many steps
+    assert m["units"] == 2 * TOKENS_PER_STEP * m["window"]["steps"] and m["measured_steps"] == m["window"]["steps"]
 
