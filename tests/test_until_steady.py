@@ -69,6 +69,12 @@ def test_a_cap_reached_before_the_target_is_one_warning_with_the_achieved_interv
 
 def test_checks_come_at_the_same_steps_on_every_rank_and_rarer_in_long_windows():
     assert steady.check_every(10) == 10 and steady.check_every(999) == 10 and steady.check_every(5000) == 50
+    assert steady.check_every(10, slow=True) == 1  # slow steps: after each, so the time cap overshoots by one
+
+
+def test_a_cap_with_a_narrow_but_moving_window_says_the_halves_disagree():
+    window = steady.window_record("until-steady", 150, 3.0, _noise(150, rel=0.01), 0.05, "max_seconds")
+    assert "halves disagree" in steady.cap_warning(window, "measure_max_seconds=3")
 
 
 def test_the_interval_column_reads_plus_minus_percent():

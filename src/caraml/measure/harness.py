@@ -127,10 +127,15 @@ def _compiled(bench) -> bool:
 def _window_steps(settings: MeasureSettings, dist, m: Measurement) -> int:
     if settings.measure_seconds <= 0:
         return settings.measure_steps
-    # Every rank must run the same number of steps: fix it from the slowest rank's typical warm-up
-    # step (the median of the last three, so a first step that compiled does not count alone).
+    # Every rank must run the same number of steps: fix it from the slowest rank's typical warm-up step.
+    return max(1, int(settings.measure_seconds / max(_typical_step(dist, m), 1e-9)))
+
+
+def _typical_step(dist, m: Measurement) -> float:
+    """The slowest rank's typical warm-up step (s): the median of its last three, so that a first step that
+    compiled does not count alone. Collective: the same on every rank."""
     typical = statistics.median(m.warmup_times[-3:] if len(m.warmup_times) > 1 else m.warmup_times)
-    return max(1, int(settings.measure_seconds / max(dist.all_reduce(typical, "max"), 1e-9)))
+    return dist.all_reduce(typical, "max")
 
 
 def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measurement, stop: StopRequested, monitor,
@@ -140,6 +145,8 @@ def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measuremen
     only steps that have completed (StepClock.completed: no synchronisation inside the window)."""
     until_steady = settings.measure == "until-steady"
     steps = settings.measure_max_steps if until_steady else _window_steps(settings, dist, m)
+    # steps of 0.1 s or more: the verdict is asked every step, so that measure_max_seconds is kept to within one
+    slow = until_steady and _typical_step(dist, m) >= steady.SLOW_STEP_S
     dist.barrier()
     _enter("measure", m, monitor)
     if hasattr(bench, "begin_measure"):  # the workload learns which steps are measured (its own per-step figures)
@@ -159,7 +166,7 @@ def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measuremen
         if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
             stopped_by = "stop"
             break
-        if until_steady and (why := _steady_agreed(clock, settings, dist, m.steps)):
+        if until_steady and (why := _steady_agreed(clock, settings, dist, m.steps, slow)):
             stopped_by = why
             break
     else:
@@ -198,10 +205,10 @@ class _Lines:
         return max(0.0, min(left, self.settings.measure_max_seconds - (now - self.clock.wall_start)))
 
 
-def _steady_agreed(clock: StepClock, settings: MeasureSettings, dist, steps: int) -> str | None:
+def _steady_agreed(clock: StepClock, settings: MeasureSettings, dist, steps: int, slow: bool) -> str | None:
     """Why an until-steady window stops now ("interval", "max_seconds"), or None; asked at the same steps on every
     rank (steady.check_every), and agreed: the interval when every rank has it, a cap when any rank reached it."""
-    if steps % steady.check_every(steps):
+    if steps % steady.check_every(steps, slow):
         return None
     capped = time.perf_counter() - clock.wall_start >= settings.measure_max_seconds
     done = steady.verdict(clock.completed_times(), settings.measure_ci).stop

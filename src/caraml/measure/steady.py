@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 BATCHES = 20  # batch means the interval is taken over
 MIN_STEPS = 100  # never stop before this many measured steps
+SLOW_STEP_S = 0.1  # a step this long or longer: the verdict is asked after every one (check_every)
 Z_975 = 1.959963984540054  # the normal distribution's 97.5 % quantile
 
 
@@ -90,11 +91,12 @@ def _halves_differ(means: list[float]) -> bool:
     return diff > t_975(2 * half - 2) * spread
 
 
-def check_every(steps: int) -> int:
+def check_every(steps: int, slow: bool = False) -> int:
     """How often (in steps) the verdict is asked at `steps` steps: every 10, then rarer as the window grows, so that
-    asking costs a bounded share of a long window. Deterministic in the step count: every rank asks at the same
-    steps."""
-    return 10 * max(1, steps // 1000)
+    asking costs a bounded share of a long window; every step where steps are `slow` (SLOW_STEP_S or more: asking
+    is then cheap, and the time cap is kept to within one step). Deterministic in the step count: every rank asks
+    at the same steps."""
+    return max(1, steps // 1000) * (1 if slow else 10)
 
 
 def window_record(mode: str, steps: int, seconds: float, times: list[float], target_ci: float | None,
@@ -110,6 +112,10 @@ def cap_warning(window: dict, cap: str) -> str | None:
     interval; None when it did not."""
     if window["mode"] != "until-steady" or window["stopped_by"] not in ("max_steps", "max_seconds"):
         return None
-    achieved = "no interval yet" if window["ci_rel"] is None else f"±{100 * window['ci_rel']:.2f} %"
+    ci, target = window["ci_rel"], window["target_ci"]
+    achieved = "no interval yet" if ci is None else f"±{100 * ci:.2f} %"
+    if ci is not None and ci <= target:  # narrow enough, but the halves did not agree
+        return (f"warning: the measured window stopped at {cap} after {window['steps']} steps while its step times "
+                f"still moved (its first and second halves disagree), at {achieved} (measure_ci={target:g})")
     return (f"warning: the measured window stopped at {cap} after {window['steps']} steps, before its interval "
-            f"reached ±{100 * window['target_ci']:.2f} % (measure_ci={window['target_ci']:g}): achieved {achieved}")
+            f"reached ±{100 * target:.2f} % (measure_ci={target:g}): achieved {achieved}")
