@@ -133,3 +133,26 @@ def test_two_ranks_stop_on_the_same_step(results):
     # both ranks ran the window's steps: the units are both replicas' tokens of that many steps
     assert m["units"] == 2 * TOKENS_PER_STEP * m["window"]["steps"] and m["measured_steps"] == m["window"]["steps"]
 
+
+
+def _suite(tmp_path, params: str):
+    from caraml.campaign import suite as suite_mod
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"workload: image_classification\npreset: smoke\nparams:\n{params}")
+    return suite_mod.load(str(path))
+
+
+def test_a_sweep_of_until_steady_points_writes_no_window_length_and_refuses_one_set_with_it(tmp_path):
+    from caraml.campaign.expand import expand
+    from caraml.campaign.launchers import caraml_run_args
+    from caraml.errors import BadInput
+
+    (point,) = expand(_suite(tmp_path, "  measure: until-steady\n  measure_ci: 0.02\n"), set(), "CPU")
+    args = caraml_run_args(point, "r")
+    assert "measure=until-steady" in args and "measure_ci=0.02" in args
+    assert not any(a.startswith(("measure_steps=", "measure_seconds=")) for a in args), args
+    (fixed,) = expand(_suite(tmp_path, "  batch_size: 4\n"), set(), "CPU")
+    assert not any(a.startswith(("measure=", "measure_ci=", "measure_max")) for a in caraml_run_args(fixed, "r"))
+    with pytest.raises(BadInput, match="measure_steps=9 conflicts with measure=until-steady"):
+        expand(_suite(tmp_path, "  measure: until-steady\n  measure_steps: 9\n"), set(), "CPU")

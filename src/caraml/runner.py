@@ -20,7 +20,7 @@ from caraml.measure.stops import StopRequested
 from caraml.paths import ensure_writable_dir, safe_name
 from caraml.results import record as rec
 from caraml.results.store import Store
-from caraml.settings import RUN_PARAMS, MeasureSettings, PowerSettings
+from caraml.settings import RUN_PARAMS, MeasureSettings, PowerSettings, check_window
 
 
 @dataclass
@@ -53,21 +53,9 @@ def resolve(spec: RunSpec) -> Resolved:
     wl = workloads.get(spec.workload)
     name = workloads.preset_named(wl, spec.preset) if spec.preset is not None else None
     values = params_mod.resolve(wl.params + RUN_PARAMS, spec.params, wl.name, wl.presets[name] if name else None)
-    _check_window(values, params_mod.canonical(wl.params + RUN_PARAMS, spec.params, wl.name), wl.name)
+    check_window(values, params_mod.canonical(wl.params + RUN_PARAMS, spec.params, wl.name), wl.name)
     return Resolved(wl, values, wl.config_of(values), MeasureSettings.from_params(values),
                     PowerSettings.from_params(values), name)
-
-
-def _check_window(values: dict[str, Any], given: dict[str, Any], workload: str) -> None:
-    """measure=until-steady sets the window's length itself: a length the user gave too is a conflict (a preset's
-    measure_steps is not: it stands for measure=fixed)."""
-    if values.get("measure") != "until-steady":
-        return
-    for key in ("measure_steps", "measure_seconds"):
-        if key in given:
-            raise BadInput(f"{workload}: {key}={values[key]} conflicts with measure=until-steady, which measures until "
-                           "the interval reaches measure_ci (caps: measure_max_steps, measure_max_seconds); give one "
-                           "of them")
 
 
 def resolve_params(spec: RunSpec) -> tuple[workloads.Workload, dict[str, Any]]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from caraml.errors import BadInput
 from caraml.params import params_of, read_config, setting
 from caraml.power.settings import POWER_PARAMS, PowerSettings
 
 __all__ = ["MEASURE_PARAMS", "POWER_PARAMS", "RUN_PARAMS", "MEASUREMENT_KEYS", "MeasureSettings", "PowerSettings",
-           "identity"]
+           "check_window", "identity"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,15 @@ MEASUREMENT_KEYS = frozenset(p.name for p in RUN_PARAMS if not p.identifies)
 def identity(values: dict[str, Any]) -> dict[str, Any]:
     """The parameters that identify a configuration: all but the measurement keys."""
     return {k: v for k, v in values.items() if k not in MEASUREMENT_KEYS}
+
+
+def check_window(values: dict[str, Any], given: dict[str, Any], owner: str) -> None:
+    """measure=until-steady sets the window's length itself: a length given too (in `given`, the user's or a suite's
+    values; a preset's measure_steps stands for measure=fixed) is a conflict, refused in one line."""
+    if values.get("measure") != "until-steady":
+        return
+    for key in ("measure_steps", "measure_seconds"):
+        if key in given:
+            raise BadInput(f"{owner}: {key}={values[key]} conflicts with measure=until-steady, which measures until "
+                           "the interval reaches measure_ci (caps: measure_max_steps, measure_max_seconds); give one "
+                           "of them")

@@ -14,7 +14,7 @@ from caraml.campaign import expr, launchers
 from caraml.campaign.suite import LAUNCH_KEYS, Alternative, Suite, select, sweep_values
 from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results.record import config_id
-from caraml.settings import RUN_PARAMS
+from caraml.settings import RUN_PARAMS, check_window
 
 MAX_POINTS = 10_000  # a sweep beyond this is a typo more often than a plan (`caraml sweep --max-points N`)
 
@@ -166,6 +166,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     if problem:
         raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
     values = params_mod.resolve(list(declared.values()), chosen["params"], wl.name, preset)
+    check_window(values, chosen["params"], f"suite {suite.name}: {wl.name}")
     problem = wl.launch_problem(values, nodes * per_node)
     if problem:
         raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")

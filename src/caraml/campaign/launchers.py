@@ -149,12 +149,17 @@ def caraml_run_args(point: SweepPoint, results: str, json_out: bool = False) -> 
 
 
 def _quiet(point: SweepPoint) -> set[str]:
-    """Parameters the run gets anyway (newer ones at their default, not set by the preset): not written out."""
+    """Parameters the run gets anyway (newer ones at their default, not set by the preset): not written out; nor
+    the fixed window's length where the point measures until steady (the run would refuse it as a conflict)."""
     from caraml import workloads
     from caraml.params import quiet_defaults
+    from caraml.settings import RUN_PARAMS
 
     wl = workloads.get(point.workload)
-    return quiet_defaults(wl.params, point.params) - set(wl.presets.get(point.preset or "", {}))
+    quiet = quiet_defaults(wl.params + RUN_PARAMS, point.params) - set(wl.presets.get(point.preset or "", {}))
+    if point.params.get("measure") == "until-steady":
+        quiet |= {"measure_steps", "measure_seconds"}
+    return quiet
 
 
 def local_command(point: SweepPoint, results: str, python: str | None = None) -> list[str]:
