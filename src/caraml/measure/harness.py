@@ -157,12 +157,11 @@ def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measuremen
     clock = StepClock(device.type, sync)
     clock.start()
     line = _Lines(bench, log, device, clock, settings, steps if not until_steady else None)
-    stopped_by = "steps"
     for _ in range(steps):
         bench.step()
         clock.tick()
         m.steps += 1
-        line.maybe(m.steps)
+        line.maybe()
         if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
             stopped_by = "stop"
             break
@@ -185,7 +184,7 @@ class _Lines:
         self.done_s = 0.0
         self.last = time.perf_counter()
 
-    def maybe(self, steps: int) -> None:
+    def maybe(self) -> None:
         if not self.log.due(self.last, now := time.perf_counter()):
             return
         n, t = self.clock.completed()
@@ -194,11 +193,12 @@ class _Lines:
         step_s = (t - self.done_s) / (n - self.done)
         loss = self.bench.live_loss() if hasattr(self.bench, "live_loss") else None
         self.log.throughput("measuring", n, self.total, n - self.done, t - self.done_s, clock=self.where,
-                            loss=loss, eta_s=self._eta(steps, step_s, now), eta_upper=self.total is None)
+                            loss=loss, eta_s=self._eta(n, step_s, now), eta_upper=self.total is None)
         self.done, self.done_s, self.last = n, t, now
 
     def _eta(self, steps: int, step_s: float, now: float) -> float:
-        """Fixed window: the steps left at the recent step time; until-steady: up to its caps."""
+        """From `steps` completed: fixed window, the steps left at the recent step time; until-steady, up to its
+        caps."""
         if self.total is not None:
             return (self.total - steps) * step_s
         left = (self.settings.measure_max_steps - steps) * step_s
