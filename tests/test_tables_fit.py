@@ -230,7 +230,7 @@ def test_compare_on_a_terminal_fits_and_keeps_its_ratios(campaign, terminal):
 
 
 def test_a_run_summary_says_why_energy_is_missing(monkeypatch):
-    from caraml.results.table import render
+    from caraml.results.select import render
 
     monkeypatch.setattr(table_mod, "terminal_width", lambda: 100)
     out = render([image("H100", 64, "bf16", 2500.0)], "table")  # what `caraml run` prints after a run

@@ -97,7 +97,7 @@ def _start_ranks(ranks: int, argv: list[str]) -> None:
 
 
 def _print_summary(record: dict) -> None:
-    from caraml.results.table import render
+    from caraml.results.select import render
 
     out = sys.stdout
     print(render([record], "table"), file=out, end="")

@@ -50,6 +50,12 @@ class Param:
     # A parameter retyped after records were stored keeps their ids: (value, former value) puts the former value
     # into the id (a bool that became a choice: ("fsdp", True)).
     id_values: tuple[tuple[Any, Any], ...] = ()
+    # Whether the parameter has any effect, given the run's parameter values (a compile mode where nothing is
+    # compiled has none): one that does not apply is left out of a run's first line and shows as '-' in tables.
+    applies: Callable[[dict], bool] | None = field(default=None, compare=False)
+
+    def applies_to(self, values: dict) -> bool:
+        return self.applies is None or bool(self.applies(values))
 
     def parse(self, raw: Any, workload: str) -> Any:
         for old, new in self.value_aliases:  # YAML reads `on` as True: compare as text
@@ -185,8 +191,8 @@ _TYPES = (int, float, bool, str)
 
 def setting(default: Any, help: str = "", **declared) -> Any:
     """A config field that is a parameter: its name, type and default are the field's; `help` and `declared`
-    (choices, minimum, check, headline, identifies, identifies_at_default, aliases, value_aliases, id_values) are
-    the rest of its `Param`."""
+    (choices, minimum, check, headline, identifies, identifies_at_default, aliases, value_aliases, id_values,
+    applies) are the rest of its `Param`."""
     unknown = set(declared) - ({f.name for f in fields(Param)} - {"name", "type", "default"})
     if unknown:
         raise TypeError(f"setting() takes no {', '.join(sorted(unknown))}: the field gives name, type and default")

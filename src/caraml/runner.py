@@ -163,7 +163,8 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     log.run_start(events,
                   f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
                   f"process{'es' if dist.world_size > 1 else ''}): "
-                  + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline),
+                  + ", ".join(f"{p.name}={run.values[p.name]}" for p in run.workload.params
+                              if p.headline and p.applies_to(run.values)),
                   run_id=record.run_id, workload=run.workload.name, system=setup.tag, device=str(setup.device),
                   world_size=dist.world_size, params=run.values)
     log.phase_start("setup", since=started)  # the setup began with the spec, before the process group

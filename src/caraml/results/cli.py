@@ -75,7 +75,7 @@ def _result(args) -> int:
 
 
 def _compare(args) -> int:
-    from caraml.results.compare import as_json, compare, fit_text, tables
+    from caraml.results.compare import as_json, compare, fit_text
     from caraml.results.select import select
     from caraml.results.table import render_tables, terminal_width
 
@@ -94,7 +94,7 @@ def _compare(args) -> int:
         print(json.dumps([as_json(c) for c in done], indent=1, default=str))
     else:
         width = terminal_width() if args.format == "table" and not args.wide else None
-        sys.stdout.write(render_tables(fit_text([t for c in done for t in tables(c)], width), args.format))
+        sys.stdout.write(render_tables([t for c in done for t in fit_text(c, width)], args.format))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
@@ -51,8 +52,9 @@ def _headline_first(table: Table) -> Table:
     head = [i for i, k in enumerate(table.keys) if i and k.rpartition(":")[2] in HEADLINE]
     order = [0] + head + [i for i in range(1, len(table.keys)) if i not in head] if table.keys else []
     pick = (lambda xs: [xs[i] for i in order])
-    return Table(title=table.title, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
-                 rows=[pick(r) for r in table.rows], extras=table.extras, marks=table.marks, notes=table.notes)
+    return replace(table, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
+                   text_headers=pick(table.text_headers) if table.text_headers else None,
+                   rows=[pick(r) for r in table.rows])
 
 
 def _table(table: Table) -> str:

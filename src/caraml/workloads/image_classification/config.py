@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from caraml.kit.compile import TORCH_COMPILERS
 from caraml.kit.optim import KERNELS
 from caraml.params import setting
 
@@ -57,7 +58,7 @@ class ClassificationConfig:
     compile: str = setting("none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS,
                            headline=True)
     compile_mode: str = setting("default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES,
-                                headline=True)
+                                headline=True, applies=lambda values: values.get("compile") in TORCH_COMPILERS)
     compile_scope: str = setting("model", "compile the model, or the whole train step", choices=COMPILE_SCOPES)
     channels_last: bool = setting(False, "NHWC memory format for model and inputs", headline=True)
     data: str = setting("synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",
