@@ -187,17 +187,11 @@ def _cells(cmp: Comparison) -> list[dict]:
     return [cell for _, cell in cmp.rows] + [cell for _, cell, _ in cmp.apart]
 
 
-def config_columns(cmp: Comparison) -> tuple[list[cols.Column], list[str]]:
+def config_columns(cmp: Comparison) -> tuple[list[cols.Column], list[cols.Column]]:
     """The configuration columns of the comparison's tables (those that differ only by the runs' presets as one
-    Preset column) and the presets' footnotes."""
+    Preset column) and those folded into it (presets.fold)."""
     merged = [_merged(cmp, cell) for cell in _cells(cmp)]
     return presets.fold(cmp.workload, cmp.columns + _extra_columns(cmp), merged)
-
-
-def identity_keys(cmp: Comparison, columns: list[cols.Column]) -> set[str]:
-    """The configuration columns that tell the rows apart (never left out of a narrowed table)."""
-    merged = [_merged(cmp, cell) for cell in _cells(cmp)]
-    return {c.key for c in columns if c.key in ("system", presets.KEY) or cols.differs(c, merged)}
 
 
 def _group_columns(cmp: Comparison, groups: list) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -225,8 +219,10 @@ def _group_columns(cmp: Comparison, groups: list) -> tuple[list[str], list[str],
 def tables(cmp: Comparison, groups: list | None = None, apart: bool = True) -> list[Table]:
     """The comparison's table (only `groups` beside the baseline, where given) and, with `apart`, its
     configurations not compared."""
-    columns, preset_notes = config_columns(cmp)
-    groups = [cmp.baseline] + [g for g in (groups or cmp.groups) if g != cmp.baseline]
+    columns, folded = config_columns(cmp)
+    # a group with no configuration in common with the baseline has no figures here (it is among those apart)
+    groups = [cmp.baseline] + [g for g in (groups or cmp.groups) if g != cmp.baseline
+                               and any(g in cell for _, cell in cmp.rows)]
     gpus = cols.on_gpus([p for cell in _cells(cmp) for p in cell.values()])
     cfg_keys, cfg_headers = [c.key for c in columns], [c.header for c in columns]
     cfg_text, cfg_styles = [cols.text_header(c, gpus) for c in columns], [c.style for c in columns]
@@ -234,7 +230,7 @@ def tables(cmp: Comparison, groups: list | None = None, apart: bool = True) -> l
     base = label(cmp, cmp.baseline)
     main = Table(title=f"{cmp.workload}: by {cmp.by}, ratios (×) to the baseline {base}", keys=cfg_keys + keys,
                  headers=cfg_headers + headers, styles=cfg_styles + styles, text_headers=cfg_text + text,
-                 notes=list(preset_notes))
+                 notes=presets.notes(folded, [_merged(cmp, cell) for _, cell in cmp.rows]))
     for _, cell in cmp.rows:
         row = [cols.cell(c, _merged(cmp, cell)) for c in columns]
         for g in groups:
@@ -250,7 +246,8 @@ def tables(cmp: Comparison, groups: list | None = None, apart: bool = True) -> l
     if cmp.apart and apart:
         apart = Table(title=f"{cmp.workload}: not compared", keys=cfg_keys + ["groups", "why"],
                       headers=cfg_headers + ["Ran on", "Why not compared"], styles=cfg_styles + ["text", "text"],
-                      text_headers=cfg_text + ["Ran on", "Why not compared"], notes=list(preset_notes))
+                      text_headers=cfg_text + ["Ran on", "Why not compared"],
+                      notes=presets.notes(folded, [_merged(cmp, cell) for _, cell, _ in cmp.apart]))
         for _, cell, why in cmp.apart:
             apart.rows.append([cols.cell(c, _merged(cmp, cell)) for c in columns]
                               + [", ".join(label(cmp, g) for g in cell), why])
@@ -275,20 +272,23 @@ def fit_text(cmp: Comparison, width: int | None) -> list[Table]:
     if text_width(fitted[0]) <= width or len(cmp.groups) < 3:
         return fitted
     parts = []
-    for g in cmp.groups[1:]:
-        parts += _fit(cmp, tables(cmp, [g], apart=g == cmp.groups[-1]), width)
+    ran = [g for g in cmp.groups[1:] if any(g in cell for _, cell in cmp.rows)]
+    for g in ran:
+        parts += _fit(cmp, tables(cmp, [g], apart=g == ran[-1]), width)
     return parts
 
 
 def _fit(cmp: Comparison, tables_: list[Table], width: int) -> list[Table]:
-    identity = identity_keys(cmp, config_columns(cmp)[0])
     out = []
     for t in tables_:
         figures = [k for k in t.keys if ":" in k]
+        config = [k for k in t.keys if k not in figures and k not in ("groups", "why")]
+        # the configuration that tells this table's rows apart stays, as do each group's throughput
+        identity = {k for i, k in enumerate(t.keys) if k in config and (k == "system" or len(
+            {json.dumps(row[i], default=str) for row in t.rows}) > 1)}
         keep = identity | {k for k in figures if k.endswith(":throughput")} | {"groups", "why"}
         prefer = [k for kind in KEPT_LONGEST for k in figures if k.endswith(":" + kind)]
-        out.append(fit(t, width, keep=keep, config=set(t.keys) - set(figures), prefer=prefer,
-                       hint="--wide shows them"))
+        out.append(fit(t, width, keep=keep, config=set(config), prefer=prefer, hint="--wide shows them"))
     return out
 
 

@@ -52,10 +52,10 @@ def _explained(workload: str, column: Column, points: list[Point]) -> bool:
     return True
 
 
-def fold(workload: str, columns: list[Column], points: list[Point]) -> tuple[list[Column], list[str]]:
-    """`columns` with the parameter columns that differ between the rows only by their runs' presets replaced by
-    one Preset column (where the first of them stood), and a footnote per preset naming their values; unchanged
-    where the rows ran one preset."""
+def fold(workload: str, columns: list[Column], points: list[Point]) -> tuple[list[Column], list[Column]]:
+    """(`columns` with the parameter columns that differ between the rows only by their runs' presets replaced by
+    one Preset column where the first of them stood, those columns); `columns` and none where the rows ran one
+    preset. notes(...) says what each preset set."""
     if len({preset_of(r) for p in points for r in p.records}) < 2:
         return columns, []
     folded = [c for c in columns if c.config and c.param and differs(c, points) and _explained(workload, c, points)]
@@ -64,13 +64,13 @@ def fold(workload: str, columns: list[Column], points: list[Point]) -> tuple[lis
     at = columns.index(folded[0])
     kept = [c for c in columns if c not in folded]
     kept.insert(min(at, len(kept)), COLUMN)
-    return kept, notes(folded, points)
+    return kept, folded
 
 
 def notes(folded: list[Column], points: list[Point]) -> list[str]:
     """'Preset smoke: model=resnet18, lr=0.1' for each preset of the rows, in the order the rows have them."""
-    from caraml.results.table import format_value
-
+    if not folded:
+        return []
     first: dict[str, dict] = {}
     for p in points:
         for r in p.records:
@@ -78,6 +78,13 @@ def notes(folded: list[Column], points: list[Point]) -> list[str]:
     out = []
     for name, r in first.items():
         one = Point(id="", workload=points[0].workload, records=[r])
-        settings = ", ".join(f"{c.param}={format_value(c.get(one), c.style)}" for c in folded)
+        settings = ", ".join(f"{c.param}={_as_given(c.get(one))}" for c in folded)
         out.append(f"Preset {name}: {settings}")
     return out
+
+
+def _as_given(value) -> str:
+    """A value as a parameter is given (lr=0.01, channels_last=on), not as a figure is shown."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "-" if value is None else str(value)

@@ -104,9 +104,9 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
     extra = cols.telling_apart(everything, columns, points) if names else cols.varying(everything, columns, points)
     last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
     columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
-    notes: list[str] = []
+    folded: list[cols.Column] = []
     if not names:
-        columns, notes = presets.fold(workload, columns, points)
+        columns, folded = presets.fold(workload, columns, points)
     identity = {c.key for c in columns if c.config and (c.key in ("system", presets.KEY) or cols.differs(c, points))}
     if width:  # who each row is, before what it measured
         columns = [c for c in columns if c.key in identity] + [c for c in columns if c.key not in identity]
@@ -114,7 +114,8 @@ def result_table(workload: str, points: list[Point], names: list[str] | None = N
     table = Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
                   styles=[c.style for c in columns], rows=[[cols.cell(c, p) for c in columns] for p in points],
                   extras=[{"workload": workload, "id": p.id, "run_ids": [r.get("run_id") for r in p.records]}
-                          for p in points], text_headers=[cols.text_header(c, gpus) for c in columns], notes=notes)
+                          for p in points], text_headers=[cols.text_header(c, gpus) for c in columns],
+                  notes=presets.notes(folded, points))
     _interrupted(table, points)
     if width:
         keep = set(table.keys) if names else {"throughput", "status"} | identity

@@ -39,6 +39,7 @@ class Table:
     notes: list[str] = field(default_factory=list)  # footnote lines under the table
     width: int | None = None  # the width the text table was fitted to (fit); its footnotes wrap there
     wrap: bool = False  # headers wider than their column's values break onto two lines (fit sets it)
+    compact: bool = False  # no padding around the cells, for a table whose identity columns are wide (fit sets it)
     max_widths: dict = field(default_factory=dict)  # column key -> the most characters a line of it takes (fit)
 
 
@@ -63,7 +64,7 @@ def terminal_width() -> int | None:
 def text_width(table: Table) -> int:
     """The width of the rich table drawn for `table`: each column its widest line plus padding and a border."""
     widths = _column_widths(table)
-    return max(sum(widths) + 3 * len(widths) + 1, len(printable(table.title)))
+    return max(sum(widths) + (1 if table.compact else 3) * len(widths) + 1, len(printable(table.title)))
 
 
 def _column_widths(table: Table) -> list[int]:
@@ -91,13 +92,15 @@ _BREAK = re.compile(r" |(?<=/)|(?<=[a-z])(?=[A-Z(])|(?<=_)")
 
 
 def two_lines(header: str) -> str:
-    """`header` broken onto two lines where the longer line is shortest: at a space, after a slash or an
-    underscore, or between a lowercase and an uppercase letter ('GlobalBatchSize' -> 'Global' / 'BatchSize')."""
-    best = header
+    """`header` broken onto two lines where the longer line is shortest: at a space, else after a slash or an
+    underscore or between a lowercase and an uppercase letter ('GlobalBatchSize' -> 'Global' / 'BatchSize')."""
+    best, score = header, len(header)
     for m in _BREAK.finditer(header):
         first, second = header[:m.start()].rstrip(), header[m.end():].lstrip()
-        if first and second and max(len(first), len(second)) < max(map(len, best.split("\n"))):
-            best = f"{first}\n{second}"
+        # a break at a space reads best: another costs two characters more
+        mine = max(len(first), len(second)) + (0 if header[m.start():m.end()] == " " else 2)
+        if first and second and mine < score:
+            best, score = f"{first}\n{second}", mine
     return best
 
 
@@ -126,20 +129,31 @@ def fit(table: Table, width: int, keep=(), config=(), prefer=(), hint="--wide or
         if constant:
             table = _without(table, constant)
             notes.append("same in every row: " + ", ".join(map(with_value, constant)))
-    table = replace(table, wrap=True)
-    hidden = []
+    wrapped = replace(table, wrap=True)
+    table, hidden = _drop(wrapped, width, keep, prefer)
+    table = squeeze(table, width)
+    if text_width(table) > width:  # what tells the rows apart is too wide even so: cells without padding
+        table, hidden = _drop(replace(wrapped, compact=True), width, keep, prefer)
+        table = squeeze(table, width)
+    order = full.keys
+    if hidden:
+        notes.append(f"not shown, to fit {width} columns: " + ", ".join(
+            with_value(k) if same(k) else names_of[k] for k in order if k in hidden) + f" ({hint})")
+    return replace(table, notes=notes + table.notes)
+
+
+def _drop(table: Table, width: int, keep, prefer) -> tuple[Table, list[str]]:
+    """`table` without columns from the right, those in `prefer` last (the first of them last of all), until it
+    fits `width`; `keep` stay."""
+    hidden, prefer = [], tuple(prefer)
     order = list(table.keys)
-    prefer = tuple(prefer)
     for k in [k for k in reversed(order) if k not in prefer] + [k for k in prefer[::-1] if k in order]:
         if text_width(table) <= width:
             break
         if k not in keep:
             hidden.append(k)
             table = _without(table, [k])
-    if hidden:
-        notes.append(f"not shown, to fit {width} columns: " + ", ".join(
-            with_value(k) if same(k) else names_of[k] for k in order if k in hidden) + f" ({hint})")
-    return replace(squeeze(table, width), notes=notes + table.notes)
+    return table, hidden
 
 
 def squeeze(table: Table, width: int, narrowest: int = 10) -> Table:
@@ -247,12 +261,14 @@ def _render_one(table: Table, fmt: str, titled: bool) -> str:
         lines = [f"### {markdown_text(table.title)}", "", f"| {heads} |", "| " + " | ".join(align) + " |"]
         lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in cells]
         return "\n".join(lines) + "\n"
+    from rich.box import SQUARE
     from rich.console import Console
     from rich.table import Table as RichTable
     from rich.text import Text
 
     cells = _text_cells(table)
-    rich_table = RichTable(title=Text(printable(table.title)), title_justify="left", show_lines=False)
+    rich_table = RichTable(title=Text(printable(table.title)), title_justify="left", show_lines=False,
+                           **({"padding": 0, "box": SQUARE} if table.compact else {}))
     for key, header, style in zip(table.keys, text_heads(table), table.styles):
         rich_table.add_column(Text(header), justify="right" if style in RIGHT else "left", overflow="fold",
                               max_width=table.max_widths.get(key))
@@ -264,7 +280,7 @@ def _render_one(table: Table, fmt: str, titled: bool) -> str:
 
     notes = [printable(n) for n in table.notes]
     if table.width:
-        notes = [line for n in notes for line in textwrap.wrap(n, table.width, subsequent_indent="  ")]
+        notes = [line for n in notes for line in textwrap.wrap(n, table.width, subsequent_indent="  ", break_on_hyphens=False)]
     return buffer.getvalue() + "".join(n + "\n" for n in notes)
 
 
