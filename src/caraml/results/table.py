@@ -280,7 +280,8 @@ def _render_one(table: Table, fmt: str, titled: bool) -> str:
 
     notes = [printable(n) for n in table.notes]
     if table.width:
-        notes = [line for n in notes for line in textwrap.wrap(n, table.width, subsequent_indent="  ", break_on_hyphens=False)]
+        notes = [line for n in notes
+                 for line in textwrap.wrap(n, table.width, subsequent_indent="  ", break_on_hyphens=False)]
     return buffer.getvalue() + "".join(n + "\n" for n in notes)
 
 
