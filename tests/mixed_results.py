@@ -63,6 +63,10 @@ def populate(results: Path) -> dict[str, dict]:
         "fno_cpu": run("fno", "cpu", "smoke-RBC2D", {}, 95.0, minute=10, device="cpu", energy_wh=0.1,
                        units_per_wh=900.0),
         "fno_cpu_wide": run("fno", "cpu", "smoke-RBC2D", {"width": 16}, 60.0, minute=11, device="cpu"),
+        # two problems at two precisions: rows that differ in Problem, grid, modes and particles
+        "fno_cpu_bf16": run("fno", "cpu", "smoke-RBC2D", {"precision": "bf16"}, 120.0, minute=12, device="cpu"),
+        "fno_pic": run("fno", "cpu", "smoke-PIC1D", {}, 400.0, minute=13, device="cpu"),
+        "fno_pic_bf16": run("fno", "cpu", "smoke-PIC1D", {"precision": "bf16"}, 480.0, minute=14, device="cpu"),
     }
     for rec in recs.values():
         write(results, rec)
