@@ -32,8 +32,10 @@ class Table:
     styles: list[str]
     rows: list[list] = field(default_factory=list)
     extras: list[dict] = field(default_factory=list)  # per-row fields only JSON shows (workload, run ids)
-    # Only the text table for people shows these (CSV, JSON and Markdown keep CARAML's headers and exact values):
-    text_headers: list[str] | None = None  # headers with their convention, e.g. 'Timesteps/s (steady)'
+    # headers with their convention, e.g. 'Timesteps/s (steady)': the text table, Markdown and HTML show these
+    # (CSV and JSON keep CARAML's bare headers)
+    text_headers: list[str] | None = None
+    # Only the text table and HTML show these (CSV, JSON and Markdown keep exact values):
     marks: dict = field(default_factory=dict)  # (row index, column key) -> a marker after the value, e.g. '!'
     shows: dict = field(default_factory=dict)  # (row index, column key) -> the value shown instead of the row's
     notes: list[str] = field(default_factory=list)  # footnote lines under the table
