@@ -28,7 +28,7 @@ RIGHT = ("int", "num", "pct", "gib", "ratio")
 class Table:
     title: str
     keys: list[str]  # column keys (JSON field names)
-    headers: list[str]  # what people read
+    headers: list[str]  # CARAML's names, as CSV and JSON keep them
     styles: list[str]
     rows: list[list] = field(default_factory=list)
     extras: list[dict] = field(default_factory=list)  # per-row fields only JSON shows (workload, run ids)
