@@ -170,7 +170,8 @@ def id_view(declared: list[Param], values: dict[str, Any]) -> dict[str, Any]:
     """The parameter values a configuration id is computed from: quiet defaults left out, retyped values and renamed
     parameters as they were (Param.identifies_at_default, Param.id_values, Param.id_name); undeclared keys kept as
     they are."""
-    by_name = {p.name: p for p in declared}
+    # a parameter that hashes under its former name is that parameter under either name
+    by_name = {**{old: p for p in declared if p.id_name for old in p.aliases}, **{p.name: p for p in declared}}
     out = {}
     for key, value in values.items():
         p = by_name.get(key)
