@@ -6,8 +6,8 @@ from __future__ import annotations
 from caraml.errors import BadInput
 
 MISSING = ("engine=poptorch needs Graphcore's poptorch (the Poplar SDK), which is not importable here; run on a "
-           "GC200 host inside the SDK's container (caraml container pull --system GC200), or use the workload's "
-           "default engine")
+           "GC200 host inside the SDK's container (caraml container pull --system GC200), or give the workload's "
+           "default engine (llm_training: native, image_classification: torch)")
 
 
 def require_poptorch():
