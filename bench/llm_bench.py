@@ -27,7 +27,7 @@ both throughput points):
 
     native_caraml     caraml run llm_training --preset 800M-2024 micro_batch_size=4 compile=none (CARAML's 2024
                       settings: fp16 as Megatron keeps it, dropout 0.1, ZeRO-1, selective recompute, uncompiled)
-    megatron          the same with backend=megatron-core (megatron-core's GPTModel, optimizer and schedule)
+    megatron          the same with engine=megatron-core (megatron-core's GPTModel, optimizer and schedule)
     crosscheck        both backends from the same initial weights and data, fp32, 20 iterations (lr 3e-4 reached
                       by a linear warm-up over the 20: without one the loss spikes and any rounding difference
                       grows tenfold an iteration): each iteration's loss agrees within 1 %; beside it, native
@@ -832,7 +832,7 @@ def main() -> None:
                                      base=RUN["caraml_2024"]))
         elif name == "megatron":
             rows.append({"name": name, "status": f"skipped ({missing})"} if missing else
-                        caraml_point(name, CARAML_SETTINGS + ["backend=megatron-core", "attention=auto"] + args.set,
+                        caraml_point(name, CARAML_SETTINGS + ["engine=megatron-core", "attention=auto"] + args.set,
                                      out, args.steps, args.warmup, left, base=RUN["caraml_2024"]))
         elif name == "crosscheck":
             rows.append(crosscheck_point(end))
