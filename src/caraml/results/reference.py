@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from caraml.errors import BadInput, did_you_mean, shown
-from caraml.results import columns as cols
-from caraml.results.aggregate import Point, matches
-from caraml.results.energy import is_number
-from caraml.settings import MEASUREMENT_KEYS
+
+if TYPE_CHECKING:
+    from caraml.results.aggregate import Point
+# The results modules are imported where they are used: `caraml --help` lists the names() and imports no more.
 
 FOLDER = Path(__file__).parent / "references"
 # Settings that change along a global-batch sweep, or that say where a run ran: never what tells user lines apart.
@@ -74,6 +75,8 @@ def load(name: str) -> Reference:
 
 def differences(ref: Reference, params: dict) -> list[str]:
     """The reference's settings that `params` does not have, each as `key=yours (reference: theirs)`."""
+    from caraml.results.aggregate import matches
+
     out = []
     for key, wanted in ref.configuration.items():
         if key not in params:
@@ -121,6 +124,9 @@ class ReferenceComparison:
 
 def compare_reference(ref: Reference, points: list[Point], results: str) -> ReferenceComparison:
     """The user's points of the reference's configuration beside it; BadInput (one line) where none is."""
+    from caraml.results import columns as cols
+    from caraml.results.energy import is_number
+
     mine = [p for p in points if p.workload == ref.workload]
     if not mine:
         raise BadInput(f"--reference {ref.name}: no {ref.workload} records in {results}; run `{ref.run}`")
@@ -136,6 +142,8 @@ def compare_reference(ref: Reference, points: list[Point], results: str) -> Refe
 
 
 def _refusal(ref: Reference, mine: list[Point], same: list[Point], results: str) -> str:
+    from caraml.results import columns as cols
+
     head = f"--reference {ref.name}: no {ref.workload} record in {results} "
     if same:
         states = sorted({p.status for p in same})
@@ -149,6 +157,8 @@ def _refusal(ref: Reference, mine: list[Point], same: list[Point], results: str)
 
 def _distinguishing(points: list[Point]) -> list[str]:
     """The settings, besides system and devices, whose values differ among the points (compile=..., backend=...)."""
+    from caraml.settings import MEASUREMENT_KEYS
+
     configs = [p.config() for p in points]
     keys = dict.fromkeys(k for c in configs for k in c if k not in ALONG and k not in MEASUREMENT_KEYS)
     return [k for k in keys if len({str(c.get(k)) for c in configs}) > 1]
