@@ -26,7 +26,7 @@ def ours_per_token(recompute: str) -> float:
 @pytest.mark.parametrize("recompute, f, why", [
     ("selective", 4, "where selective recompute re-runs only the attention core"),
     ("none", 3, "without recompute both count one forward and its backward (f = 3)")])
-def test_the_plan_says_how_many_times_ours_carAMLs_formula_counts_and_why(recompute, f, why):
+def test_the_plan_says_how_many_times_ours_caramls_formula_counts_and_why(recompute, f, why):
     ratio = caraml_per_token(f) / ours_per_token(recompute)
     args = ("plan", "llm_training", "--preset", "800M-2024", "--system", "H200", f"recompute={recompute}")
     est = json.loads(cli(*args, "--json", check=0).stdout)
@@ -38,7 +38,7 @@ def test_the_plan_says_how_many_times_ours_carAMLs_formula_counts_and_why(recomp
     assert f"{ratio:.2f}" == {"selective": "1.25", "none": "1.00"}[recompute]
 
 
-def test_a_mlp_other_than_4h_is_named_as_carAMLs_assumption():
+def test_a_mlp_other_than_4h_is_named_as_caramls_assumption():
     text = cli("plan", "llm_training", "--preset", "800M-2024", "--system", "H200", "ffn_hidden_size=5632",
                "model_size=custom", check=0).stdout
     assert "it assumes an MLP of 4 x hidden_size (this one: 5632)" in text

@@ -74,7 +74,7 @@ def test_the_published_points_every_global_batch_of_the_plot_its_labels_when_rou
                                                          "JEDI-DP1": 1, "GH200": 1}
 
 
-def test_the_configuration_is_the_800M_2024_preset_by_carAMLs_log_convention():
+def test_the_configuration_is_the_800M_2024_preset_by_caramls_log_convention():
     ref = reference.load("caraml-2024")
     _, params = resolve_params(RunSpec("llm_training", {"convention": "caraml-log"}, preset=ref.preset))
     assert reference.differences(ref, params) == []
