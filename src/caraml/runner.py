@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -264,7 +265,9 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
         if stop.signal:  # e.g. DataLoader workers killed by the same SIGTERM: the run was stopped, not broken
             m.stop_signal = m.stop_signal or stop.signal
             _stopped(record, m, stop)
-            record.error += f" ({type(exc).__name__}: {str(exc)[:300]})"
+            # the stop is the news; what it broke (a compiler killed by the same Ctrl-C) is one line, in full below
+            record.error += f" ({first_line(exc)})"
+            record.traceback = traceback.format_exc()[-8000:]
         else:
             record.status = "oom" if _is_oom(exc) else "failed"
             record.error = f"{type(exc).__name__}: {exc}".strip()[:4000]
@@ -327,6 +330,20 @@ def _stopped(record, m: Measurement, stop: StopRequested) -> None:
         record.status, record.error = "interrupted", f"stopped by {signal_name} during {m.phase}"
     else:
         record.status = "ok"
+
+
+CAUSE_CHARS = 200  # of the first line of what a stop broke
+
+
+def first_line(exc: BaseException) -> str:
+    """`Type: the first line of its message`, at most CAUSE_CHARS: a compiler's output that a stop cut short
+    (inductor's C++ compile error carries the command and every diagnostic, its line breaks often written as a
+    literal backslash-n) is not what the user needs to read."""
+    text = str(exc).strip()
+    line = next((part.strip() for part in re.split(r"\n|\\n", text) if part.strip()), "")
+    if len(line) > CAUSE_CHARS:
+        line = line[:CAUSE_CHARS] + "…"
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 def _is_oom(exc: BaseException) -> bool:

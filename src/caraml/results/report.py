@@ -91,6 +91,28 @@ def _section_workload(workload: str, points) -> list[str]:
     return parts
 
 
+def _section_references(selection: Selection) -> list[str]:
+    """Each published reference that some of the selected runs share the configuration of: your points over its
+    systems', and the table of ratios. A reference no run matches is left out (`caraml compare --reference` says
+    why)."""
+    from caraml.results import reference, reference_view
+
+    parts = []
+    for name in reference.names():
+        ref = reference.load(name)
+        try:
+            cmp = reference.compare_reference(ref, selection.points, str(selection.results))
+        except BadInput:
+            continue
+        parts += [f"<h3>{escape(ref.title)}</h3>",
+                  f"<p class=\"meta\">Published: {escape(ref.source_line())}. Your runs of its configuration "
+                  f"(preset {escape(ref.preset)}: <code>{escape(ref.run)}</code>), counted as it is counted: "
+                  f"{escape(ref.convention['record'])}. × = yours / theirs.</p>",
+                  _img(plots.png_bytes(reference_view.figure(cmp)), f"reference-{ref.name}"),
+                  _table(reference_view.table(cmp))]
+    return (['<h2 id="references">Published references</h2>'] + parts) if parts else []
+
+
 def _section_power(selection: Selection) -> list[str]:
     records = [r for p in selection.points for r in p.records]
     parts = []
@@ -129,6 +151,7 @@ def build(selection: Selection) -> str:
                     + "".join(f"<li>{escape(s)}</li>" for s in selection.skipped) + "</ul>")
     for workload, points in selection.by_workload.items():
         body += _section_workload(workload, points)
+    body += _section_references(selection)
     body += _section_power(selection)
     body += _section_runs(selection)
     # control characters from records (not allowed in HTML, and a NUL or an escape is never meant) as escapes
