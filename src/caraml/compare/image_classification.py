@@ -49,7 +49,8 @@ VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the leas
 ))
 VS_PLAIN_PAIRS = (("caraml_eager", "plain_eager"), ("caraml_compiled", "plain_compiled"))
 VS_PLAIN_COLUMNS = (
-    Column("point", 30, "s", "name"), Column("status", 8, "s", "status"), Column("img/s", 8, ".0f", "images_per_s"),
+    Column("point", 30, "s", "name"), Column("status", 8, "s", "status", cut=True),
+    Column("img/s", 8, ".0f", "images_per_s"),
     Column("ratio", 6, ".3f", "ratio_to_plain"), Column("med ms", 7, ".2f", "step_median_ms"),
     Column("p90 ms", 7, ".2f", "step_p90_ms"), Column("MFU", 6, ".3f", "mfu"),
     Column("compile s", 9, ".1f", "compile_s"), Column("img/Wh", 8, ".0f", "images_per_wh"),
@@ -118,7 +119,8 @@ def _idle(row: dict):
 
 
 ATTEMPT_COLUMNS = (
-    Column("point", 17, "s", "name"), Column("status", 8, "s", "status"), Column("img/s", 7, ".0f", "images_per_s"),
+    Column("point", 17, "s", "name"), Column("status", 8, "s", "status", cut=True),
+    Column("img/s", 7, ".0f", "images_per_s"),
     Column("x base", 6, ".3f", "ratio_to_baseline"),
     Column("step ms", 7, ".2f", lambda r: (r.get("profile") or {}).get("step_ms") or None),
     Column("busy ms", 7, ".2f", lambda r: (r.get("profile") or {}).get("kernel_busy_ms")),

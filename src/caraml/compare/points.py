@@ -88,14 +88,16 @@ class Column:
     """One column of a results table: its title, width and format, and the row's value (a key or a function)."""
 
     title: str
-    width: int
-    fmt: str
+    width: int  # text is padded to it (and cut, with `cut`); numbers are right-aligned in it
+    fmt: str  # "s": text; else a number's format, e.g. ".1f"
     value: str | Callable
+    cut: bool = False
 
     def cell(self, row: dict) -> str:
         v = self.value(row) if callable(self.value) else row.get(self.value)
         if self.fmt == "s":
-            return format(str(v if v is not None else "-")[:self.width], f"<{self.width}")
+            text = str(v if v is not None else "-")
+            return format(text[:self.width] if self.cut else text, f"<{self.width}")
         return format(v, f"{self.width}{self.fmt}") if isinstance(v, (int, float)) else format("-", f">{self.width}")
 
 
