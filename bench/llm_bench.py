@@ -541,13 +541,6 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def unmatched_skips(skip: frozenset, rows: list[dict]) -> str | None:
-    """A --skip name that matched no point of its group (misspelt: that point ran), as one line; None if none."""
-    unmatched = sorted(skip - {r["name"] for r in rows})
-    return (f"llm_bench: --skip {', '.join(unmatched)} matched no point of its group; the points are the rows above"
-            if unmatched else None)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     setup = setup_for(args)
@@ -575,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     groups.run_late(save)
     print("\n".join(table(rows)))
     print(f"llm_bench: wrote {out / 'llm_bench.json'}", file=sys.stderr)
-    unmatched = unmatched_skips(setup.skip, rows)
+    unmatched = llm_groups.unmatched_skips(setup.skip, rows)
     if unmatched:
         print(unmatched, file=sys.stderr)
     return 0

@@ -257,3 +257,10 @@ def summary_text(s: dict) -> str:
     if s.get("skipped"):
         parts.append(f"skipped: {', '.join(s['skipped'])}")
     return f"  {s['name']}: " + "; ".join(parts) if parts else ""
+
+
+def unmatched_skips(skip: frozenset, rows: list[dict]) -> str | None:
+    """A --skip name that matched no point of its group (misspelt: that point ran), as one line; None if none."""
+    unmatched = sorted(skip - {r["name"] for r in rows})
+    return (f"llm_bench: --skip {', '.join(unmatched)} matched no point of its group; the points are the rows above"
+            if unmatched else None)
