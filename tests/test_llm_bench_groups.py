@@ -1,8 +1,8 @@
 """bench/llm_bench.py's groups (caraml.compare.llm_groups): the order their points run in, what a time budget
-cuts (the late points, recorded as skipped), the reuse of a point measured twice, and the summaries (each precision's best micro-batch,
-caraml fp8 / plain fp8, fp8_fast_accum against tensorwise, the loss). The points themselves are replaced by
-rows of known tokens/s taking known seconds on a clock of the test's own: what is checked is the scheduling and
-the arithmetic, not a measurement (the script's own CPU check is `--self-check`)."""
+cuts (the late points, recorded as skipped), the reuse of a point measured twice, and the summaries (each
+precision's best micro-batch, caraml fp8 / plain fp8, fp8_fast_accum against tensorwise, the loss). The points
+themselves are replaced by rows of known tokens/s taking known seconds on a clock of the test's own: what is
+checked is the scheduling and the arithmetic, not a measurement (the script's own CPU check is `--self-check`)."""
 
 from __future__ import annotations
 
