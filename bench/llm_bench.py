@@ -53,8 +53,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from caraml.compare import llm_groups
-from caraml.compare.llm_plain import Schedule, plain_loop
-from caraml.compare.llm_setup import LIKE_PLAIN, LLMSetup, from_env, on_cpu
+from caraml.compare.llm_plain import plain_loop
+from caraml.compare.llm_setup import LIKE_PLAIN, LLMSetup, caraml_schedule, from_env, on_cpu
 from caraml.compare.plan_check import plan_memory_gib, plan_time
 from caraml.compare.points import Column, table_lines
 
@@ -85,13 +85,6 @@ def control_settings(setup: LLMSetup) -> dict:
     """native's control: each iteration's batch in two micro-batches, the same gradient summed in another order."""
     return {"micro_batch_size": setup.micro // 2, "grad_accumulation": 2}
 
-
-def caraml_schedule() -> Schedule:
-    """caraml's learning rate and warm-up of the 800M preset, which the plain loop follows."""
-    from caraml.runner import RunSpec, resolve
-
-    optim = resolve(RunSpec("llm_training", preset="800M")).config.optim
-    return Schedule(optim.lr, optim.lr_warmup_samples)
 
 
 # caraml run, one process per point --------------------------------------------------------------------------------

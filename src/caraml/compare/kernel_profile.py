@@ -55,7 +55,7 @@ def apply_knobs(knobs: dict) -> dict:
     return applied
 
 
-def kernel_table(averages, steps: int, cpu: bool) -> dict:
+def kernel_table(averages, steps: int, cpu: bool, categorize=None) -> dict:
     """{kernel name: {ms_per_step, calls_per_step, category}} from torch.profiler's key_averages()."""
     kernels = {}
     for evt in averages:
@@ -71,7 +71,7 @@ def kernel_table(averages, steps: int, cpu: bool) -> dict:
                 us = evt.self_cuda_time_total
         if us > 0:
             kernels[evt.key] = {"ms_per_step": us / 1e3 / steps, "calls_per_step": evt.count / steps,
-                                "category": category(evt.key)}
+                                "category": (categorize or category)(evt.key)}
     return kernels
 
 

@@ -79,3 +79,12 @@ def on_cpu(setup: LLMSetup) -> LLMSetup:
     return replace(setup, model={k: PRESETS["smoke"][k] for k in MODEL_KEYS}, micro=2, vocab=500, device="cpu",
                    compile=False, caraml=("--preset", "smoke", "device=cpu", "compile=none"), max_micro=4,
                    caraml_2024=CPU_CARAML_2024, gbs=8, exit_min=0.3, peak_tflops=None)
+
+
+def caraml_schedule():
+    """caraml's learning rate and warm-up of the 800M preset (llm_plain.Schedule), which the plain loop follows."""
+    from caraml.compare.llm_plain import Schedule
+    from caraml.runner import RunSpec, resolve
+
+    optim = resolve(RunSpec("llm_training", preset="800M")).config.optim
+    return Schedule(optim.lr, optim.lr_warmup_samples)
