@@ -14,6 +14,7 @@ Budget: about 4-5 minutes on an H200 (the compiled run's first step takes ~1 min
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -55,8 +56,14 @@ def run_point(name: str, extra: list[str], timeout: int, results: Path) -> dict:
     return record
 
 
-def main(argv: list[str]) -> int:
-    out = Path(argv[0] if argv else os.environ.get("OUT") or "bench-out")
+def parse(argv: list[str] | None) -> Path:
+    parser = argparse.ArgumentParser(prog="power_bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
+    return Path(parser.parse_args(argv).out or os.environ.get("OUT") or "bench-out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = parse(argv)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results"
     deadline = time.monotonic() + BUDGET_S

@@ -9,6 +9,7 @@ point that ends other than ok, or below 0.95 x before, is named at the end and m
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -60,8 +61,14 @@ def run(name: str, workload: str, params: list[str], results: Path) -> dict:
             "phases": sorted((m.get("energy") or {}).get("phases") or {})}
 
 
-def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT") or "bench-out")
+def parse(argv: list[str] | None) -> Path:
+    parser = argparse.ArgumentParser(prog="refactor_check.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
+    return Path(parser.parse_args(argv).out or os.environ.get("OUT") or "bench-out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = parse(argv)
     out.mkdir(parents=True, exist_ok=True)
     rows, bad = [], []
     for name, workload, params, before in POINTS:
@@ -84,4 +91,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""Multi-GPU weak scaling of image classification on one node (issue 7).
+"""Multi-GPU weak scaling of image classification on one node.
 
     PYTHONPATH=src python3 bench/scaling_bench.py [OUT_DIR] [--settings "compile=inductor ..."]
 
@@ -11,6 +11,7 @@ comparison (parallel efficiency against 1 GPU) and the scaling plot, all under O
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -37,12 +38,19 @@ def caraml(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def main() -> None:
+def parse(argv: list[str] | None) -> tuple[Path, str]:
+    """(the results folder, the caraml settings of every point)."""
+    parser = argparse.ArgumentParser(prog="scaling_bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"caraml settings (default: {DEFAULT_SETTINGS})")
+    args = parser.parse_args(argv)
+    return Path(args.out or os.environ.get("OUT") or "bench-out"), args.settings
+
+
+def main(argv: list[str] | None = None) -> None:
     import torch
 
-    args = [a for a in sys.argv[1:] if not a.startswith("--settings")]
-    settings = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--settings=")), DEFAULT_SETTINGS)
-    out = Path(args[0] if args else os.environ.get("OUT", "bench-out"))
+    out, settings = parse(argv)
     results = out / "results"
     gpus = torch.cuda.device_count()
     counts = [n for n in (1, 2, 4, 8) if n <= gpus]
