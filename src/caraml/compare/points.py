@@ -116,7 +116,7 @@ def table_lines(rows: list[dict], columns: tuple, notes: Callable | None = None)
 def write_report(out: Path, stem: str, report: dict, lines: list[str] | None = None) -> Path:
     """OUT/STEM.json (and OUT/STEM.txt with the table's lines, when given); the JSON's path."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
     if lines is not None:
         (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")
     return out / f"{stem}.json"
