@@ -150,7 +150,7 @@ def test_ids_of_points_without_the_new_parameters_are_unchanged():
     def cid(preset, **params):
         return config_id("llm_training", resolve(RunSpec("llm_training", params, preset)).values, "CPU", 1, 1)
 
-    before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # 800M before issue 18
+    before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # the former 800M
               "distributed_optimizer": "fsdp", "caraml_config": "none"}
     assert cid("smoke") == "4cc437d2c3670039" and cid("800M", **before) == "5af6287258196d12"  # by commit 207c79c
     assert cid("smoke", fused_loss="chunked") != cid("smoke") != cid("smoke", precision="fp8")

@@ -17,7 +17,7 @@ from conftest import cli
 from caraml.results.record import config_id
 from caraml.runner import RunSpec, resolve
 
-# The 800M preset as it was before it took CARAML's dropout, Megatron's mixed precision and ZeRO-1 (issue 18)
+# The 800M preset as it was before it took CARAML's dropout, Megatron's mixed precision and ZeRO-1
 BEFORE_CARAML_SETTINGS = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,
                           "distributed_optimizer": "fsdp", "caraml_config": "none"}
 

@@ -71,10 +71,11 @@ GPU_COMMON = ("model=resnet50", "batch_size=256", "precision=bf16", "channels_la
 CPU_COMMON = ("model=resnet18", "image_size=32", "num_classes=10", "batch_size=4", "precision=bf16",
               "channels_last=on", "data=synthetic-device", "device=cpu", "compile=none", "sgd_impl=fused")
 CPU_PARAMS = {"batch_size=512": "batch_size=8"}  # self-check: the batch point doubles the tiny batch
-# Wall times on the H200 (2026-12-03, docs/bench/2026-12-03-h200-ic_issue23.json): baseline 89 s, batch512 93 s, of
-# which the first (compiling) step 64 and 63 s. A point whose graph or inductor options differ compiles again
-# (≈ 90 s); one with the baseline's graph and options finds inductor's caches warm (≈ 45 s with cuDNN's search
-# over all its algorithms); the stem's only change leaves most of the Triton kernels as they were (≈ 75 s).
+# Wall times on the H200 (2026-12-03, docs/bench/2026-12-03-h200-ic_step_profile.json): baseline 89 s, batch512
+# 93 s, of which the first (compiling) step 64 and 63 s. A point whose graph or inductor options differ compiles
+# again (≈ 90 s); one with the baseline's graph and options finds inductor's caches warm (a cached compile took
+# 8.6 s on 2026-12-02; ≈ 45 s with cuDNN's search over all its algorithms); the stem's only change leaves most of
+# the Triton kernels as they were (≈ 75 s).
 _AUTOTUNE_CONVS = {"max_autotune_gemm": True, "max_autotune_conv_backends": "ATEN,TRITON",
                    "max_autotune_gemm_backends": "ATEN,TRITON",  # Triton conv templates need TRITON here too
                    "max_autotune_pointwise": False, "coordinate_descent_tuning": False}

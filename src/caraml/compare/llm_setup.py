@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from caraml.workloads.llm_training import PRESETS, sizes
 
 MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings")
-BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
+BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 runs (micro 32 no faster)
 # the plain loop's training (bf16 autocast, no dropout) over the 800M preset's CARAML values
 LIKE_PLAIN = ("precision=bf16", "mixed_precision=autocast", "attention_dropout=0", "hidden_dropout=0")
 # the smoke model with CARAML's settings (bf16: fp16 is slow on a CPU)
