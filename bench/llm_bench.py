@@ -22,7 +22,7 @@ the preset's CARAML values, so that caraml/plain compares the same training.
 
 Backends side by side (`--only native_caraml,megatron,crosscheck`, about 5 minutes; `--set k=v` adds settings to
 both throughput points): native_caraml (--preset 800M-2024 micro_batch_size=4 compile=none), megatron (the same
-with backend=megatron-core), crosscheck (both backends from the same weights and data, fp32, 20 iterations, each
+with engine=megatron-core), crosscheck (both backends from the same weights and data, fp32, 20 iterations, each
 iteration's loss within 1 %; beside it native against native in two micro-batches: the spread rounding alone
 gives). megatron-core comes as a wheel: `python3 -m pip install --no-deps .whl/megatron_core-0.19.2-*.whl`; where
 it does not import, the megatron points are skipped with one line.
@@ -437,7 +437,7 @@ def single_point(name: str, setup: LLMSetup, args, out: Path, end: float, missin
     if name == "megatron" and missing:
         return {"name": name, "status": f"skipped ({missing})"}
     if name in ("native_caraml", "megatron"):  # CARAML's 2024 settings (fp16 as Megatron keeps it, ZeRO-1)
-        extra = ["backend=megatron-core", "attention=auto"] if name == "megatron" else []
+        extra = ["engine=megatron-core", "attention=auto"] if name == "megatron" else []
         return caraml_point(setup, name, [*CARAML_SETTINGS, *extra, *args.set], out, s, w, left,
                             base=setup.caraml_2024)
     if name == "crosscheck":

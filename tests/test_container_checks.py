@@ -160,8 +160,7 @@ def test_a_suite_file_name_with_an_escape_is_shown_neutralised(tmp_path):
 
 @pytest.mark.parametrize("char", [",", ":"])
 def test_a_source_tree_with_a_bind_separator_is_one_line(site, char):
-    """The job binds caraml's source tree into the image as well: a ',' or ':' in its path is refused like the
-    others."""
+    """The job binds caraml's source tree into the image too: a ',' or ':' in its path is refused like the others."""
     from caraml.campaign import jobscript
     from caraml.campaign import suite as suite_mod
     from caraml.campaign.expand import expand
