@@ -32,10 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from caraml import peers
 
-from caraml import peers  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1")
 CARAML = (*TORCHRUN, "-m", "caraml", "run")

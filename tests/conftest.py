@@ -228,26 +228,6 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-def bench_script(name: str, fresh: bool = False):
-    """bench/NAME.py as a module, registered in sys.modules as NAME, as an import would (its dataclasses look their
-    module up there); the one loaded already unless `fresh` (a new module, so that nothing set on it leaks)."""
-    import importlib.util
-
-    path = ROOT / "bench" / f"{name}.py"
-    loaded = sys.modules.get(name)
-    if loaded is not None and not fresh and getattr(loaded, "__file__", None) == str(path):
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
 def records_in(results: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((results / "runs").glob("*.json"))]
 
