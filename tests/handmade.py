@@ -151,3 +151,16 @@ def populate(results: Path, with_power=True) -> dict[str, dict]:
     for rec in recs.values():
         write(results, rec)
     return recs
+
+
+def config_id_of(workload: str, values: dict, system: str, world_size: int = 1, nodes: int = 1) -> str:
+    """The configuration id a run of `workload` with these parameter values gets on `system`."""
+    from caraml.results.record import config_id
+
+    return config_id(workload, values, system, world_size, nodes)
+
+
+def record_for(workload: str, params: dict, system: dict, launch: dict, status: str = "ok", **rest) -> RunRecord:
+    """A record whose id is the configuration's, as a run makes it (the workload's identifying parameters, the
+    system's tag, the launch's devices and nodes)."""
+    return RunRecord.for_config(workload, params, system, launch, status=status, **rest)
