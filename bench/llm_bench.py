@@ -244,7 +244,7 @@ def train_losses(backend: str, steps: int, timeout: float, extra: dict | None = 
     """Each iteration's loss of one backend, trained in a process of its own from the seed's initial weights."""
     overrides = {**crosscheck_settings(), "backend": backend, **(extra or {})}
     preset = RUN["caraml"][RUN["caraml"].index("--preset") + 1]
-    code = ("import json, sys; from caraml.workloads.llm_training.bench import train_losses; "
+    code = ("import json, sys; from caraml.crosscheck import train_losses; "
             "print(json.dumps(train_losses(json.loads(sys.argv[1]), int(sys.argv[2]), preset=sys.argv[3], "
             "device=sys.argv[4])))")
     env = dict(os.environ)
