@@ -14,7 +14,7 @@ each of its points is built fresh after torch._dynamo.reset(). What each change 
 - compile modes default, reduce-overhead (CUDA graphs), max-autotune(-no-cudagraphs)
 - fp32 (TF32 matmuls, CARAML's 'high') vs fp16 autocast with GradScaler (CARAML's use_amp)
 
-Beside them (issue 19): neuraloperator's FNO (2.0, optional: its points are skipped in one line where it does
+Beside them: neuraloperator's FNO (2.0, optional: its points are skipped in one line where it does
 not import) at each RBC problem's width/modes/layers, configured as close to CARAML's as its options go, its
 parameter count beside ours, eager and compiled; `profile` points (torch.profiler, RBC2D eager): CUDA kernels
 and GPU time per step of the plain loop (real or complex weights; pointwise products as matmuls or as 1x1
@@ -122,7 +122,7 @@ POINTS = {
     "RBC2D_plain_max_autotune": _p("RBC2D", compile="max-autotune"),
     "RBC2D_plain_reduce_overhead_fp16": _p("RBC2D", compile="reduce-overhead", amp="fp16"),
     "RBC2D_plain_compiled_half_spectral_fp16": _p("RBC2D", compile="default", amp="fp16", half=True),
-    # issue 19: neuraloperator beside ours, the eager profile, PIC with CARAML's operators
+    # neuraloperator beside ours, the eager profile, PIC with CARAML's operators
     "RBC2D_profile_eager": {"problem": "RBC2D", "profile": True},
     "RBC2D_neuralop_eager": _p("RBC2D", lib="neuralop"),
     "RBC2D_neuralop_compiled": _p("RBC2D", lib="neuralop", compile="default"),
@@ -130,12 +130,12 @@ POINTS = {
     "RBC3D_neuralop_compiled": _p("RBC3D", lib="neuralop", compile="default"),
     "PIC1D_caraml_eager": _c("PIC1D"),
     "PIC1D_caraml_compiled": _c("PIC1D", "compile=inductor"),
-    # issue 23: the plain loop at the new PIC points (caraml/plain), the same operators and data shapes
+    # the plain loop at the new PIC points (caraml/plain), the same operators and data shapes
     "PIC1D_plain_eager": _p("PIC1D"),
     "PIC1D_plain_compiled": _p("PIC1D", compile="default"),
     "PIC2D_plain_matrix_eager": _p("PIC2D", nufft_backend="matrix"),
     "PIC2D_plain_matrix_compiled": _p("PIC2D", nufft_backend="matrix", compile="default"),
-    # issue 23: PIC1D's layout before (channels-first: [B, C, P], a forward and an inverse Vandermonde matrix)
+    # PIC1D's layout before (channels-first: [B, C, P], a forward and an inverse Vandermonde matrix)
     "PIC1D_caraml_channels_first_eager": _c("PIC1D", "dse_layout=channels-first"),
     "PIC1D_caraml_channels_first_compiled": _c("PIC1D", "dse_layout=channels-first", "compile=inductor"),
     "PIC1D_layout_check": {"problem": "PIC1D", "layout_check": True, "compiled": True},
@@ -144,7 +144,7 @@ POINTS = {
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
     "PIC2D_caraml_matrix_compiled": _c("PIC2D", "nufft_backend=matrix", "compile=inductor"),
     "PIC2D_caraml_grid2d_compiled": _c("PIC2D", "pic2d_operator=grid2d", "compile=inductor"),
-    # issue 23: nufft_backend=matrix (eager and compiled) against torchkbnufft in this process under TF32
+    # nufft_backend=matrix (eager and compiled) against torchkbnufft in this process under TF32
     "PIC2D_nufft_check": {"problem": "PIC2D", "nufft_check": True, "compiled": True},
 }
 GROUPS = {  # in order of importance: the time budget cuts from the end
@@ -160,18 +160,18 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
         "RBC2D_plain_eager", "RBC2D_caraml_eager", "RBC2D_plain_compiled", "RBC2D_caraml_compiled",
         "RBC2D_profile_eager", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_eager", "PIC2D_caraml_matrix_compiled",
         "PIC2D_nufft_check", "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "PIC2D_caraml_compiled"],
-    # issue 23, PIC throughput: the matrix backend's precision under TF32 (operator and model, eager and compiled,
+    # PIC throughput: the matrix backend's precision under TF32 (operator and model, eager and compiled,
     # against torchkbnufft), PIC2D matrix eager/compiled and torchkbnufft eager, PIC1D eager/compiled (~2 minutes)
     "issue23-pic": [
         "PIC2D_nufft_check", "PIC2D_caraml_matrix_eager", "PIC2D_caraml_matrix_compiled", "PIC2D_caraml_eager",
         "PIC1D_caraml_eager", "PIC1D_caraml_compiled", "PIC2D_plain_matrix_compiled", "PIC2D_plain_matrix_eager"],
-    # issue 23, PIC1D: dse_layout=channels-last (the default now) against channels-first (before), eager and
+    # PIC1D: dse_layout=channels-last (the default now) against channels-first (before), eager and
     # compiled through `caraml run` (about 2 minutes)
     "issue23-pic1d": [
         "PIC1D_caraml_compiled", "PIC1D_caraml_channels_first_compiled", "PIC1D_caraml_eager",
         "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check", "PIC1D_plain_compiled", "PIC1D_plain_eager"]}
 GROUP_BUDGETS = {"issue23-pic": 180, "issue23-pic1d": 150}  # seconds, where --budget is not given (else 420)
-PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 at the start of issue 23
+PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 before the channels-last layout
 
 
 # CARAML's data path (data=file through its DataLoaders) beside data on the device: `--only data` runs these
@@ -421,7 +421,7 @@ def profile_point(spec: dict) -> dict:
 
 # PIC2D: the matrix backend against torchkbnufft ---------------------------------------------------------
 NUFFT_CHECK_SMOKE = {"width": 8, "modes": (4, 4), "particles": 512, "batch": 2}
-NUFFT_TOLERANCE = 1e-4  # issue 23: the matrix backend's results equal torchkbnufft's within this, relative
+NUFFT_TOLERANCE = 1e-4  # the matrix backend's results equal torchkbnufft's within this, relative
 
 
 def _rel_diffs(a, b) -> tuple[float, float]:
@@ -658,7 +658,7 @@ def summary(by: dict) -> dict:
     out["goals"]["rbc2d_best_compiled_fp32_speedup"] = best
     ratios = [v for k, v in out["caraml_over_plain"].items() if "power_off" not in k]
     out["goals"]["caraml_at_least_0.98_plain"] = min(ratios) >= 0.98 if ratios else None
-    # issue 23: PIC2D's matrix backend over torchkbnufft (>= 2x, equal within 1e-4)
+    # PIC2D's matrix backend over torchkbnufft (>= 2x, equal within 1e-4)
     for scope in ("eager", "compiled"):
         kb, mx = rate(f"PIC2D_caraml_{scope}"), rate(f"PIC2D_caraml_matrix_{scope}")
         if kb and mx:
@@ -669,7 +669,7 @@ def summary(by: dict) -> dict:
     ratios = out.get("pic2d_matrix_over_torchkbnufft")
     if ratios:
         out["goals"]["pic2d_matrix_at_least_2x_torchkbnufft"] = min(ratios.values()) >= 2
-    # issue 23: PIC1D channels-last (now) over channels-first (before); the goal: compiled >= 2 x 1,193 samples/s
+    # PIC1D channels-last (now) over channels-first (before); the goal: compiled >= 2 x 1,193 samples/s
     for scope in ("eager", "compiled"):
         now, before = rate(f"PIC1D_caraml_{scope}"), rate(f"PIC1D_caraml_channels_first_{scope}")
         if now and before:

@@ -54,7 +54,7 @@ class Point:
 # Wall times on the H200 (2026-12-03, docs/bench/2026-12-03-h200-ic_issue23.json): baseline 89 s, batch512 93 s, of
 # which the first (compiling) step 64 and 63 s, the warm-up and the 100 steps 5 s, the process's start, build and
 # profile the other 21 s. A point whose graph or inductor options differ compiles again (≈ 90 s); one with the
-# baseline's graph and options finds inductor's caches warm (a cached compile took 8.6 s in the second session),
+# baseline's graph and options finds inductor's caches warm (a cached compile took 8.6 s on 2026-12-02),
 # plus cuDNN's search over all its algorithms (≈ 45 s); the stem's only change leaves most of the Triton kernels
 # as they were (cached: ≈ 75 s).
 GROUPS = {
@@ -79,7 +79,7 @@ GROUPS = {
     },
 }
 DEFAULT_BUDGET_S = 330.0  # baseline, stem_pad, cudnn_all_algos, conv1x1_as_mm: ≈ 300 s expected, 30 s to spare
-MLPERF_IMAGES_PER_S = 7950  # ResNet50 training per H200 in MLPerf (issue 23)
+MLPERF_IMAGES_PER_S = 7950  # ResNet50 training per H200 in MLPerf
 CPU_PARAMS = {"batch_size=512": "batch_size=8"}  # self-check: the batch point doubles the tiny batch
 
 

@@ -27,7 +27,7 @@ both throughput points):
 
     native_caraml     caraml run llm_training --preset 800M-2024 micro_batch_size=4 compile=none (CARAML's 2024
                       settings: fp16 as Megatron keeps it, dropout 0.1, ZeRO-1, selective recompute, uncompiled)
-    megatron          the same with backend=megatron-core (megatron-core's GPTModel, optimizer and schedule)
+    megatron          the same with engine=megatron-core (megatron-core's GPTModel, optimizer and schedule)
     crosscheck        both backends from the same initial weights and data, fp32, 20 iterations (lr 3e-4 reached
                       by a linear warm-up over the 20: without one the loss spikes and any rounding difference
                       grows tenfold an iteration): each iteration's loss agrees within 1 %; beside it, native
@@ -38,7 +38,7 @@ megatron-core comes as a wheel on a machine without a package index:
 `python3 -m pip install --no-deps .whl/megatron_core-0.19.2-*.whl`; where it does not import, the megatron
 points are skipped with one line.
 
-Issue 23: groups of points, bf16 first, the others' tokens/s as a ratio to the group's base at their micro-batch,
+Groups of points, bf16 first, the others' tokens/s as a ratio to the group's base at their micro-batch,
 and a summary row per group. Points run most important first; a group's late points run after every group's
 others; a point starts only while the budget has the seconds it takes (NEED_S), else it is recorded as skipped
 (time budget), in its row and in the group's summary. A point of the same settings is measured once per run
@@ -131,7 +131,7 @@ LR, LR_WARMUP_SAMPLES = OPTIM.lr, OPTIM.lr_warmup_samples  # caraml's learning-r
 ATTENTION = os.environ.get("LLM_BENCH_ATTENTION", "auto")  # the SDPA kernel for every point (caraml's attention=)
 # caraml_acc: micro-batches of BIG_MICRO per iteration (8: global batch 128, within CARAML's 16...4096)
 ACC = int(os.environ.get("LLM_BENCH_ACC", "8"))
-BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 session (micro 32 no faster)
+BIG_MICRO = 16  # the micro-batch that gave the most tokens/s in the first H200 runs (micro 32 no faster)
 # the CPU self-check: the smoke preset's model, no compilation, two micro-batch sizes at most
 SELF_CHECK = {"model": {k: PRESETS["smoke"][k] for k in MODEL}, "micro": 2, "vocab": 500,
               "caraml": ["--preset", "smoke", "device=cpu", "compile=none"], "max_micro": 4,
@@ -307,21 +307,21 @@ def plan_memory_gib(params: dict) -> float | None:
 
 def plan_time(params: dict, measured_s: float | None) -> dict:
     """caraml plan's time per iteration on one H200 (its default efficiency, 0.5 of the peak) beside the measured
-    one: the compute estimate's cross-check (issue 23, section 5); measured / plan > 1: slower than planned."""
+    one: the compute estimate's cross-check; measured / plan > 1: slower than planned."""
     est = plan_estimate(params)
     plan_s = est["time_per_iteration_s"] if est else None
     return {"plan_time_per_iteration_s": plan_s, "plan_tokens_per_s": est["tokens_per_s"] if est else None,
             "time_vs_plan": measured_s / plan_s if plan_s and measured_s else None}
 
 
-# fp8 and the fusion levers (issue 23): groups of points, run in order of importance --------------------------------
+# fp8 and the fusion levers: groups of points, run in order of importance --------------------------------
 WIDE = {"model_size": "custom", "num_layers": 8, "hidden_size": 5120, "num_attention_heads": 32,
         "ffn_hidden_size": 20480}  # the 13B's width on one GPU
 WIDE_MICRO = 4
 # fp8_loss: CARAML's peak learning rate (1e-4; its clip 1.0 and weight decay 0.1 come with the preset), reached by a
 # linear warm-up over 16 iterations instead of CARAML's 216,320 samples (54,080 iterations at micro-batch 4: the lr
 # would stay below 4e-7 for all 200) and flat after it (CARAML's cosine runs over 129 M samples). The 3e-4 of the
-# fourth session is the rate at which the 800M's loss spiked in issue 18's cross-check, and two bf16 runs of the
+# earlier runs is the rate at which the 800M's loss spiked in the megatron-core cross-check, and two bf16 runs of the
 # same seed ended 5 % apart there (docs/performance.md); LLM_BENCH_LOSS_LR gives another.
 LOSS = {"steps": 200, "micro": 4, "lr": os.environ.get("LLM_BENCH_LOSS_LR", "1e-4"), "lr_warmup_samples": "64"}
 # by expected gain, so that a budget cut loses the least promising: gelu_epilogue recomputes the pre-activation
@@ -331,7 +331,7 @@ FP8_POINTS = ("fp8_800m", "fp8_800m_recipes", "fp8_wide", "fp8_loss")
 GROUPS = FP8_POINTS + ("levers",)
 SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
                    "ffn_hidden_size": 512}
-# Seconds a point takes on the H200 (process start, compilation, warm-up, 20 measured steps; the first session's
+# Seconds a point takes on the H200 (process start, compilation, warm-up, 20 measured steps; the first H200 runs'
 # walls at micro-batch 16: bf16 50, fp8 84): a point starts only while this much of the budget is left, so a cut
 # skips whole points (recorded as skipped) instead of stopping one mid-compilation.
 NEED_S = {"bf16": 55.0, "fp8": 90.0, "per_doubling": 10.0, "per_extra_step": 0.2}
@@ -832,7 +832,7 @@ def main() -> None:
                                      base=RUN["caraml_2024"]))
         elif name == "megatron":
             rows.append({"name": name, "status": f"skipped ({missing})"} if missing else
-                        caraml_point(name, CARAML_SETTINGS + ["backend=megatron-core", "attention=auto"] + args.set,
+                        caraml_point(name, CARAML_SETTINGS + ["engine=megatron-core", "attention=auto"] + args.set,
                                      out, args.steps, args.warmup, left, base=RUN["caraml_2024"]))
         elif name == "crosscheck":
             rows.append(crosscheck_point(end))

@@ -96,7 +96,7 @@ def gpt_side(label: str, args, *extra: str) -> peers.Side:
 def gpt_points(args) -> list[peers.Point]:
     """megatron-core (the peer engine) against caraml's native engine, CARAML's 2024 800M configuration."""
     return [peers.Point(f"gpt-800M-2024-gb{args.global_batch}",
-                        gpt_side("megatron-core (backend=megatron-core)", args, "backend=megatron-core"),
+                        gpt_side("megatron-core (engine=megatron-core)", args, "engine=megatron-core"),
                         gpt_side("caraml native", args))]
 
 

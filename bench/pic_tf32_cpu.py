@@ -1,4 +1,4 @@
-"""PIC2D's nufft_backend=matrix against torchkbnufft on a CPU, with and without TF32 emulated (issue 23).
+"""PIC2D's nufft_backend=matrix against torchkbnufft on a CPU, with and without TF32 emulated.
 
     PYTHONPATH=src python3 bench/pic_tf32_cpu.py [--particles 100000] [--batch 2] [--width 32] [--out DIR]
 
@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 MODEL_LAYERS = 4  # PIC2D's
-TOLERANCE = 1e-4  # issue 23: equal to torchkbnufft's within this, relative
+TOLERANCE = 1e-4  # equal to torchkbnufft's within this, relative
 
 
 def tf32_round(t: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
     PYTHONPATH=src python3 bench/refactor_check.py [OUT_DIR]
 
 One process per point (records in OUT_DIR/results), a table on stdout, refactor_check.json in OUT_DIR (or $OUT,
-or ./bench-out). `before` is the same command's figure from docs/performance.md (H200, earlier sessions); a
+or ./bench-out). `before` is the same command's figure from docs/performance.md (H200, earlier runs); a
 point that ends other than ok, or below 0.95 x before, is named at the end and makes the exit code 1.
 """
 

@@ -1,4 +1,4 @@
-"""Multi-GPU weak scaling of image classification on one node (issue 7).
+"""Multi-GPU weak scaling of image classification on one node.
 
     PYTHONPATH=src python3 bench/scaling_bench.py [OUT_DIR] [--settings "compile=inductor ..."]
 

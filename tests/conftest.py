@@ -216,6 +216,18 @@ def cli(*args, check=None) -> subprocess.CompletedProcess:
     return proc
 
 
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """`caraml ARGV` in this process under pytest's capsys: exit code (argparse's too), stdout, stderr."""
+    from caraml.cli import main
+
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def bench_script(name: str, fresh: bool = False):
     """bench/NAME.py as a module, registered in sys.modules as NAME, as an import would (its dataclasses look their
     module up there); the one loaded already unless `fresh` (a new module, so that nothing set on it leaks)."""

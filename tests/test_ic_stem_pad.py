@@ -116,7 +116,7 @@ def test_off_by_default_and_out_of_the_configuration_id():
     ({"stem_pad_channels": "2"}, r"stem_pad_channels=2 must be 0 \(off\) or more than the images' 3 channels"),
     ({"stem_pad_channels": "-1"}, "too small"),
     ({"stem_pad_channels": "8", "backend": "poptorch", "precision": "16.16"},
-     "use stem_pad_channels=0 with backend=poptorch"),
+     "use stem_pad_channels=0 with engine=poptorch"),
 ])
 def test_refused_in_one_line(given, says):
     from caraml.workloads.image_classification import check_combination

@@ -134,12 +134,12 @@ def test_the_record_names_what_ran_and_the_fallback():
 ])
 def test_layouts_the_levers_refuse(params, devices, needle):
     from caraml.runner import RunSpec, resolve
-    from caraml.workloads.llm_training import layout_problem
+    from caraml.workloads.llm_training import check_launch
 
     cfg = resolve(RunSpec("llm_training", params, "smoke")).config
-    assert needle in layout_problem(cfg, devices)
+    assert needle in check_launch(cfg, devices)
     ddp = {"fused_loss": "chunked", "distributed_optimizer": "false"}
-    assert layout_problem(resolve(RunSpec("llm_training", ddp, "smoke")).config, 2) is None
+    assert check_launch(resolve(RunSpec("llm_training", ddp, "smoke")).config, 2) is None
 
 
 def test_ids_of_points_without_the_new_parameters_are_unchanged():
@@ -151,7 +151,7 @@ def test_ids_of_points_without_the_new_parameters_are_unchanged():
     def cid(preset, **params):
         return config_id_of("llm_training", resolve(RunSpec("llm_training", params, preset)).values, "CPU", 1, 1)
 
-    before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # 800M before issue 18
+    before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # the former 800M
               "distributed_optimizer": "fsdp", "caraml_config": "none"}
     assert cid("smoke") == "4cc437d2c3670039" and cid("800M", **before) == "5af6287258196d12"  # by commit 207c79c
     assert cid("smoke", fused_loss="chunked") != cid("smoke") != cid("smoke", precision="fp8")

@@ -1,4 +1,4 @@
-"""Errors that suggest (issue 22, item 8): a mistyped parameter, value, tag, system or column names the
+"""Errors that suggest: a mistyped parameter, value, tag, system or column names the
 closest right one; a tag in another case is the suite's where only one matches."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_a_mistyped_column_is_answered_with_the_right_one(results):
 
 
 def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsys):
-    """Issue 22, item 7: `--system H100` on a CPU-only run would record H100 with MFU 0 % and compare as H100."""
+    """`--system H100` on a CPU-only run would record H100 with MFU 0 % and compare as H100."""
     import json
 
     import torch

@@ -1,4 +1,4 @@
-"""What a local sweep shows while it runs (issue 22, item 3): n/N, elapsed and an ETA from the finished points,
+"""What a local sweep shows while it runs: n/N, elapsed and an ETA from the finished points,
 each finished point's status and headline figure under a short label, and at the end the sweep's points as a
 result table with the counts per status."""
 

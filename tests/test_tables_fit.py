@@ -1,4 +1,4 @@
-"""Issue 22, items 4, 6 and 9 (terminal side): tables that fit the terminal, the parameters that tell rows apart
+"""Tables that fit the terminal, the parameters that tell rows apart
 shown, any parameter or record field usable as a column, key or --by, headers that say their convention, unsteady
 step times flagged and energy's '-' explained. In-process, with hand-written records."""
 
@@ -275,7 +275,7 @@ def test_an_unknown_where_key_says_record_fields_work(campaign):
 
 
 def test_repeats_that_disagree_are_flagged(tmp_path):
-    """Issue 22 (left over): the spread across repeats gets the same '!' and footnote as an unsteady step time."""
+    """The spread across repeats gets the same '!' and footnote as an unsteady step time."""
     results = tmp_path / "r"
     for started, ips in (("10", 2000.0), ("11", 2600.0), ("12", 2300.0)):  # (2600-2000)/2300 = 26 %
         write(results, image("H100", 64, "bf16", ips, started=f"2026-12-01T{started}:00:00.000+00:00"))
@@ -294,7 +294,7 @@ def test_repeats_that_agree_have_no_flag(tmp_path):
 
 
 def test_the_sweeps_end_table_fits_a_log(capsys, monkeypatch):
-    """Issue 22 (left over): the sweep's end table in a log (stdout not a terminal) fits 120 columns, or COLUMNS."""
+    """The sweep's end table in a log (stdout not a terminal) fits 120 columns, or COLUMNS."""
     from caraml.campaign.local import print_points
 
     records = [fno("H100", "RBC2D", 1, 20, "fp16", "default", 3757.0, train=3700.0),

@@ -319,11 +319,13 @@ def _norm(name: str) -> str:
 
 
 def find(columns: list[Column], name: str) -> Column | None:
-    """A column by key, else by header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device'):
-    `iterations` is ours, `Iterations` too where no key is that (the LLM's CARAML column)."""
+    """A column by key, else by header, else by its parameter's former name (`backend`: Engine), ignoring case and
+    punctuation ('BatchSize/Device' = 'batchsize_device'): `iterations` is ours, `Iterations` too where no key is
+    that (the LLM's CARAML column)."""
     wanted = _norm(name)
     return (next((c for c in columns if _norm(c.key) == wanted), None)
-            or next((c for c in columns if _norm(c.header) == wanted), None))
+            or next((c for c in columns if _norm(c.header) == wanted), None)
+            or next((c for c in columns if wanted in map(_norm, c.aliases)), None))
 
 
 FIELDS_HINT = "; or a parameter (data, params.data) or a record field (launch.world_size, metrics.energy.reason)"

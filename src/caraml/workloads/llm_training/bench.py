@@ -386,7 +386,7 @@ class GPTBench:
             "throughput_convention": "steady-state: tokens of the measured steps / their wall time",
             "caraml_config": self.cfg.caraml.caraml_config,
             "model": "GPT",
-            "ipu": None,  # backend=poptorch's layout (ipu.py)
+            "ipu": None,  # engine=poptorch's layout (ipu.py)
             "dataset": "OSCAR" if self.cfg.dataset.data == "oscar" else "synthetic",
             # CARAML's time_to_report_in_seconds: 20M tokens at its Tokens/second (caraml-log only)
             "time_to_report_s": (out["caraml_log"] or {}).get("time_to_report_s"),
