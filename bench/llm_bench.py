@@ -191,7 +191,7 @@ def train_losses(setup: LLMSetup, backend: str, steps: int, timeout: float, extr
     """Each iteration's loss of one backend, trained in a process of its own from the seed's initial weights."""
     overrides = {**crosscheck_settings(setup), "backend": backend, **(extra or {})}
     preset = setup.caraml[list(setup.caraml).index("--preset") + 1]
-    code = ("import json, sys; from caraml.workloads.llm_training.bench import train_losses; "
+    code = ("import json, sys; from caraml.crosscheck import train_losses; "
             "print(json.dumps(train_losses(json.loads(sys.argv[1]), int(sys.argv[2]), preset=sys.argv[3], "
             "device=sys.argv[4])))")
     print(f"llm_bench: crosscheck: {backend}, {steps} iterations", file=sys.stderr, flush=True)

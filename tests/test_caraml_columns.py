@@ -21,9 +21,9 @@ def _llm_pair(results, second="megatron-core"):
     native = llm("H100", "800M", 4, 1, 1, 256, 400_000.0)
     other = llm("H100", "800M", 4, 1, 1, 256, 380_000.0, started="2026-12-01T11:00:00.000+00:00")
     other["params"]["backend"] = second
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
-    other["id"] = config_id("llm_training", other["params"], "H100", 4, 1)  # a run's: the engine is configuration
+    other["id"] = config_id_of("llm_training", other["params"], "H100", 4, 1)  # a run's: the engine is configuration
     write(results, native)
     write(results, other)
 
@@ -51,9 +51,9 @@ def test_image_classification_names_torch_and_poptorch_rows(tmp_path):
     write(tmp_path, image("H100", 64, "bf16", 2500.0))
     ipu = image("GC200", 64, "bf16", 1500.0)
     ipu["params"]["backend"] = "poptorch"
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
-    ipu["id"] = config_id("image_classification", ipu["params"], "GC200", 1, 1)
+    ipu["id"] = config_id_of("image_classification", ipu["params"], "GC200", 1, 1)
     write(tmp_path, ipu)
     rows = _rows(tmp_path, "--columns", "system,throughput")
     assert sorted((r["system"], r["engine"]) for r in rows) == [("GC200", "poptorch"), ("H100", "torch")]

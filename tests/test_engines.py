@@ -9,18 +9,17 @@ import json
 
 import pytest
 from conftest import cli
-from handmade import record, write
+from handmade import config_id_of, record, write
 
 from caraml.errors import BadInput
 from caraml.params import params_of
 from caraml.results.aggregate import current_id
-from caraml.results.record import config_id
 from caraml.runner import RunSpec, resolve
 from caraml.workloads.image_classification.config import ClassificationConfig
 from caraml.workloads.llm_training import check_launch, engines
 from caraml.workloads.llm_training.config import TrainingConfig
 
-# config_id(workload, the workload's parameters at their defaults but the engine, "cpu-test", 1, 1), before the
+# config_id_of(workload, the workload's parameters at their defaults but the engine, "cpu-test", 1, 1), before the
 # rename
 GPT_IDS = {"native": "6a2cdf55531c207d", "megatron-core": "d585146507059e85", "poptorch": "300fdd1897ac7cfa"}
 IC_IDS = {"torch": "3c6b1cc28ed15310", "poptorch": "e1886f78646357f2"}
@@ -49,7 +48,7 @@ def test_backend_is_read_as_engine_and_both_give_the_id_of_before(workload, engi
     for name in ("engine", "backend"):
         values = resolve_params(workloads.get(workload).params, {name: engine}, workload)
         assert values["engine"] == engine and "backend" not in values
-        assert config_id(workload, values, "cpu-test", 1, 1) == ids[engine]
+        assert config_id_of(workload, values, "cpu-test", 1, 1) == ids[engine]
         assert _values(workload, {name: engine})["engine"] == engine
 
 
@@ -73,7 +72,7 @@ def test_image_classification_reads_its_engine_from_either_name():
 
 # the registry -------------------------------------------------------------------------------------------------------
 def test_the_registry_lists_the_engines_the_setting_takes():
-    assert engines.NAMES == ("native", "megatron-core", "poptorch")
+    assert engines.NAMES == tuple(engines.ENGINES) == ("native", "megatron-core", "poptorch")
     [param] = [p for p in params_of(TrainingConfig) if p.name == "engine"]
     assert param.choices == engines.NAMES and param.aliases == ("backend",) and param.id_name == "backend"
     for name, engine in engines.ENGINES.items():
@@ -143,9 +142,9 @@ def test_an_old_record_keeps_its_id(old, system, devices):
     params, cid = old
     rec = _old(params, cid, system, devices, 1000.0, "2026-12-01T10:00:00.000+00:00")
     assert current_id(rec) == cid
-    assert config_id(rec["workload"], rec["params"], system, devices, 1) == cid
+    assert config_id_of(rec["workload"], rec["params"], system, devices, 1) == cid
     today = {**{k: v for k, v in rec["params"].items() if k != "backend"}, "engine": params["backend"]}
-    assert config_id(rec["workload"], today, system, devices, 1) == cid  # a run of today's keeps it too
+    assert config_id_of(rec["workload"], today, system, devices, 1) == cid  # a run of today's keeps it too
 
 
 def _rows(results, *args):

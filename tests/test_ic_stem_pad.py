@@ -102,13 +102,13 @@ def test_a_bench_with_a_padded_stem_trains_the_same_weights_and_says_so():
 
 
 def test_off_by_default_and_out_of_the_configuration_id():
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
     params = {"model": "resnet18", "batch_size": 16, "device": "auto"}
     assert resolve(RunSpec("image_classification", {})).config.stem_pad_channels == 0
-    assert config_id("image_classification", {**params, "stem_pad_channels": 0}, "CPU", 1, 1) == config_id(
+    assert config_id_of("image_classification", {**params, "stem_pad_channels": 0}, "CPU", 1, 1) == config_id_of(
         "image_classification", params, "CPU", 1, 1)
-    assert config_id("image_classification", {**params, "stem_pad_channels": 8}, "CPU", 1, 1) != config_id(
+    assert config_id_of("image_classification", {**params, "stem_pad_channels": 8}, "CPU", 1, 1) != config_id_of(
         "image_classification", params, "CPU", 1, 1)
 
 

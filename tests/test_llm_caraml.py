@@ -27,26 +27,27 @@ def config(preset: str = "smoke", **overrides):
 def test_ids_of_configurations_that_existed_before_are_unchanged():
     """The new parameters at their defaults, and the former boolean distributed_optimizer, keep ids (as computed
     before these parameters existed)."""
+    from handmade import config_id_of
+
     from caraml.params import resolve as resolve_params
     from caraml.results.aggregate import current_id
-    from caraml.results.record import config_id
     from caraml.settings import RUN_PARAMS
 
     declared = WORKLOAD.params + RUN_PARAMS
     smoke = resolve_params(declared, {}, "llm_training", WORKLOAD.presets["smoke"])
     assert smoke["distributed_optimizer"] == "fsdp" and smoke["mixed_precision"] == "autocast"
-    assert config_id("llm_training", smoke, "CPU", 1, 1) == "4cc437d2c3670039"
+    assert config_id_of("llm_training", smoke, "CPU", 1, 1) == "4cc437d2c3670039"
     plain = resolve_params(declared, {}, "llm_training")
-    assert config_id("llm_training", plain, "CPU", 1, 1) == "a50e6c4d410bb069"
+    assert config_id_of("llm_training", plain, "CPU", 1, 1) == "a50e6c4d410bb069"
     # a stored record with the former boolean reads as today's value, under its stored id
     stored = {**smoke, "distributed_optimizer": False}
     off = resolve_params(declared, {"distributed_optimizer": "off"}, "llm_training", WORKLOAD.presets["smoke"])
-    record = {"id": config_id("llm_training", stored, "CPU", 1, 1), "workload": "llm_training", "params": stored,
+    record = {"id": config_id_of("llm_training", stored, "CPU", 1, 1), "workload": "llm_training", "params": stored,
               "system": {"tag": "CPU"}, "launch": {"world_size": 1, "nodes": 1}}
-    assert current_id(record) == record["id"] == config_id("llm_training", off, "CPU", 1, 1)
+    assert current_id(record) == record["id"] == config_id_of("llm_training", off, "CPU", 1, 1)
     assert config(distributed_optimizer="true").parallel.distributed_optimizer == "fsdp"
     # a changed setting is a different configuration
-    assert config_id("llm_training", {**smoke, "hidden_dropout": 0.1}, "CPU", 1, 1) != "4cc437d2c3670039"
+    assert config_id_of("llm_training", {**smoke, "hidden_dropout": 0.1}, "CPU", 1, 1) != "4cc437d2c3670039"
 
 
 # CARAML's configurations -------------------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ LAYOUTS = {
 
 @pytest.mark.multiprocess
 def test_zero1_shards_optimizer_state_and_trains_as_unsharded(tmp_path):
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     out = tmp_path / "zero1.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",

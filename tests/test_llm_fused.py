@@ -99,7 +99,7 @@ def test_add_layer_norm_equals_add_then_norm():
 
 
 def test_training_with_every_lever_gives_the_plain_losses():
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     plain = train_losses({}, 4)
     fast = train_losses({"fused_loss": "chunked", "gelu_epilogue": True, "fused_norm_residual": True}, 4)
@@ -144,11 +144,12 @@ def test_layouts_the_levers_refuse(params, devices, needle):
 
 def test_ids_of_points_without_the_new_parameters_are_unchanged():
     """The new parameters at their defaults stay out of the id: the ids computed before they existed."""
-    from caraml.results.record import config_id
+    from handmade import config_id_of
+
     from caraml.runner import RunSpec, resolve
 
     def cid(preset, **params):
-        return config_id("llm_training", resolve(RunSpec("llm_training", params, preset)).values, "CPU", 1, 1)
+        return config_id_of("llm_training", resolve(RunSpec("llm_training", params, preset)).values, "CPU", 1, 1)
 
     before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # the former 800M
               "distributed_optimizer": "fsdp", "caraml_config": "none"}

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import cli
+from handmade import config_id_of
 
-from caraml.results.record import config_id
 from caraml.runner import RunSpec, resolve
 
 # The 800M preset as it was before it took CARAML's dropout, Megatron's mixed precision and ZeRO-1
@@ -27,9 +27,9 @@ def test_the_new_parameters_at_their_defaults_keep_the_ids_of_stored_runs():
         given = BEFORE_CARAML_SETTINGS if preset == "800M" else {}
         values = resolve(RunSpec("llm_training", given, preset=preset)).values
         assert values["engine"] == "native" and values["megatron_spec"] == "auto"
-        assert config_id("llm_training", values, "H200", 1, 1) == before
+        assert config_id_of("llm_training", values, "H200", 1, 1) == before
     megatron = resolve(RunSpec("llm_training", {"backend": "megatron-core"}, preset="800M")).values
-    assert config_id("llm_training", megatron, "H200", 1, 1) != "e34ec07c464a8cd5"
+    assert config_id_of("llm_training", megatron, "H200", 1, 1) != "e34ec07c464a8cd5"
 
 
 @pytest.mark.parametrize("given, says", [

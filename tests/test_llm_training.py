@@ -126,7 +126,7 @@ def bench(**overrides):
 
 
 def test_recompute_changes_no_number():
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     runs = [train_losses({"recompute": mode}, 3) for mode in ("none", "selective", "full")]
     assert runs[0] == runs[1] == runs[2]
@@ -330,7 +330,7 @@ VARIANT_B = {"position": "learned", "activation": "swiglu", "recompute": "full"}
 
 @pytest.mark.multiprocess
 def test_parallel_layouts_train_like_one_process(tmp_path):
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     out = tmp_path / "losses.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",

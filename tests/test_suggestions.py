@@ -76,10 +76,10 @@ def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsy
 def test_a_local_sweep_whose_system_the_device_contradicts_is_refused_before_its_first_point(results, capsys,
                                                                                             monkeypatch):
     from caraml import cli
-    from caraml.campaign import local
+    from caraml.campaign import children
 
     started = []
-    monkeypatch.setattr(local, "_run_point", lambda point, *rest: started.append(point.id) or ("failed", False, {}))
+    monkeypatch.setattr(children, "run_point", lambda point, *rest: started.append(point.id) or ("failed", False, {}))
     assert cli.main(["sweep", "image_classification", "--tag", "H100", "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and not started, (err, started)

@@ -96,6 +96,7 @@ class _Setup:
     device: Any  # torch.device
     tag: str
     profile: dict
+    config_id: str  # the configuration's hash (caraml.results.record.config_id): rank check-in and record share it
 
     def context(self) -> RunContext:
         return RunContext(device=self.device, seed=self.run.measure.seed, dist=self.dist, dims=self.dims,
@@ -123,7 +124,8 @@ def _set_up(spec: RunSpec) -> _Setup:
     if spec.system and not spec.force_system:
         systems.require_fits(profile, device, "drop --system to use the detected {detected}, or add "
                                               "--force-system to record this run as that system anyway")
-    return _Setup(run, dist, dims, device, tag, profile)
+    cid = rec.config_id(wl.identifying(run.values), tag, {"world_size": dist.world_size, "nodes": dist.nodes})
+    return _Setup(run, dist, dims, device, tag, profile, cid)
 
 
 def build_bench(spec: RunSpec, device: str | None = None):
@@ -153,8 +155,7 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     store = Store(spec.results)
     if dist.is_main:
         ensure_writable_dir(store.runs)
-    roll = rollcall.RollCall(store.runs, rec.config_id(run.workload.name, run.values, setup.tag, dist.world_size,
-                                                       dist.nodes), dist)
+    roll = rollcall.RollCall(store.runs, setup.config_id, dist)
     roll.check_in()  # before the process group: a rank killed later is still known by node and rank
     distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
@@ -227,11 +228,11 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
               "rank": dist.rank, "node_rank": dist.node_rank, "backend": dist.backend,
               "launcher": distributed.launcher(),
               "device": str(setup.device), "parallel": setup.dims.as_dict()}
-    record = rec.RunRecord.for_config(
-        setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,
-                                                    **({"forced": True} if spec.force_system else {}),
-                                                    "profile": setup.profile},
-        launch, preset=setup.run.preset, env=env_mod.collect())
+    system = {"tag": setup.tag, "detected": spec.system is None, **({"forced": True} if spec.force_system else {}),
+              "profile": setup.profile}
+    record = rec.RunRecord(id=setup.config_id, workload=setup.run.workload.name, status="failed",
+                           params=setup.run.values, system=system, launch=launch, started_at=rec.now(),
+                           preset=setup.run.preset, env=env_mod.collect())
     if not dist.is_main:
         record.run_id += f"-rank{dist.rank}"
     return record

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
-from caraml.compare.llm_setup import LLMSetup
 from caraml.workloads.llm_training import sizes
+
+if TYPE_CHECKING:  # llm_setup builds the plain loop's Schedule: a type here, not an import both ways
+    from caraml.compare.llm_setup import LLMSetup
 
 
 @dataclasses.dataclass(frozen=True)

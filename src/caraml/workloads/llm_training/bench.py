@@ -13,7 +13,6 @@ import math
 import statistics
 import time
 from contextlib import nullcontext
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -427,18 +426,3 @@ class GPTBench:
     def close(self) -> None:
         self.data = None
 
-
-def train_losses(overrides: dict[str, Any], steps: int, preset: str | None = "smoke",
-                 device: str = "cpu") -> list[float]:
-    """Train `steps` iterations in this process and return each iteration's global-batch mean loss: the same on
-    every rank. With WORLD_SIZE > 1 (torchrun) the process group must be up; the layout comes from tp and pp.
-    For comparing layouts: the same model, seed and global batch give the same losses in every layout."""
-    from caraml.runner import RunSpec, build_bench
-
-    bench = build_bench(RunSpec("llm_training", dict(overrides), preset), device=device)
-    try:
-        for _ in range(steps):
-            bench.step()
-        return bench.loss_values()
-    finally:
-        bench.close()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from caraml.params import setting
 from caraml.workloads.llm_training.caraml_log import CONVENTIONS, LOG_INTERVAL
-from caraml.workloads.llm_training.engines import INSTALL, NAMES, SPECS
+from caraml.workloads.llm_training.engine_names import INSTALL, NAMES, SPECS
 from caraml.workloads.llm_training.fp8 import RECIPES as FP8_RECIPES
 from caraml.workloads.llm_training.ipu import CARAML_IPU
 from caraml.workloads.llm_training.sizes import padded_vocab

@@ -20,9 +20,7 @@ import importlib.util
 
 from caraml.errors import BadInput
 from caraml.workloads.llm_training import ipu
-
-SPECS = ("auto", "te", "local")
-INSTALL = "pip install 'caraml[megatron]' (megatron-core 0.19.2, Python >= 3.12)"
+from caraml.workloads.llm_training.engine_names import INSTALL, NAMES, te_available  # noqa: F401 - NAMES: ENGINES' keys
 
 
 class Engine:
@@ -148,20 +146,9 @@ class PoptorchEngine(Engine):
 
 
 ENGINES = {engine.name: engine for engine in (NativeEngine(), MegatronCoreEngine(), PoptorchEngine())}
-NAMES = tuple(ENGINES)
 
 
 def chosen(cfg) -> Engine:
     """The engine object of a config's `engine` setting."""
     return ENGINES[cfg.runtime.engine]
 
-
-def te_available() -> bool:
-    """Whether transformer_engine imports (a present but broken install counts as absent, as megatron-core's)."""
-    if importlib.util.find_spec("transformer_engine") is None:
-        return False
-    try:
-        import transformer_engine.pytorch  # noqa: F401
-    except Exception:  # noqa: BLE001 - any failure to import means Transformer Engine cannot be used
-        return False
-    return True

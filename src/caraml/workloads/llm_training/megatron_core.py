@@ -29,7 +29,7 @@ from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import sizes
 from caraml.workloads.llm_training.bench import ADAM_BETAS, ADAM_EPS, GPTBench
 from caraml.workloads.llm_training.config import TrainingConfig
-from caraml.workloads.llm_training.engines import te_available
+from caraml.workloads.llm_training.engine_names import te_available
 from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training.model import Block, Embedding, GPTConfig, init_weights
 from caraml.workloads.llm_training.parallel import ParallelPlan, stage_layers
