@@ -1,17 +1,21 @@
 """Image-classification benchmark on one GPU: `caraml run` against a plain training loop.
 
-    PYTHONPATH=src python3 bench/ic_bench.py [OUT_DIR] [--only NAME,...]
-    PYTHONPATH=src python3 bench/ic_bench.py [OUT_DIR] --group=issue23 [--only NAME,...] [--budget S] [--self-check]
+    PYTHONPATH=src python3 bench/ic_bench.py [OUT_DIR] [--only NAME,...] [--budget S]
+    PYTHONPATH=src python3 bench/ic_bench.py [OUT_DIR] --group=resnet50-attempts [--only NAME,...] [--budget S]
+        [--self-check]
 
-ResNet50, batch 256, bf16, channels_last, synthetic data on the GPU. Each point is its own process.
-The plain loop (bench/plain_loop.py) at the same settings measures the harness's own overhead.
-Prints a table and writes ic_bench.json into OUT_DIR, or $OUT, or ./bench-out.
+ResNet50, batch 256, bf16, channels_last, synthetic data on the GPU. Each point is its own process; the points are
+the group resnet50-vs-plain of caraml.compare.image_classification. The plain loop (bench/plain_loop.py) at the
+same settings measures the harness's own overhead. Prints a table and writes ic_bench.json and ic_bench.txt into
+OUT_DIR, or $OUT, or ./bench-out. The budget defaults to $IC_BENCH_BUDGET_S, else 560 s.
 
---group=issue23: where the rest of the way to MLPerf's per-GPU rate goes (ic_group.py).
+--group=resnet50-attempts (or its old name issue23): where the rest of the way to MLPerf's per-GPU rate goes
+(bench/ic_group.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -19,108 +23,90 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-COMMON = ["model=resnet50", "batch_size=256", "precision=bf16", "channels_last=on", "data=synthetic-device",
-          "device=cuda", "warmup_steps=15", "measure_steps=150"]
-POINTS = {  # name -> caraml parameters, or ("plain", plain_loop arguments)
-    "plain_eager": ("plain", ["--steps", "150"]),
-    "caraml_eager": ["compile=none"],
-    "plain_compiled": ("plain", ["--compile", "--steps", "150"]),
-    "caraml_compiled": ["compile=inductor"],
-    "caraml_compiled_step": ["compile=inductor", "compile_scope=step"],
-    "caraml_reduce_overhead": ["compile=inductor", "compile_mode=reduce-overhead"],
-    "caraml_max_autotune_nocg": ["compile=inductor", "compile_mode=max-autotune-no-cudagraphs"],
-    "caraml_max_autotune": ["compile=inductor", "compile_mode=max-autotune"],
-    "caraml_eager_power_off": ["compile=none", "power=off"],
-    "caraml_eager_fused": ["compile=none", "sgd_impl=fused"],
-    "caraml_compiled_fused": ["compile=inductor", "sgd_impl=fused"],
-    "caraml_reduce_overhead_fused": ["compile=inductor", "compile_mode=reduce-overhead", "sgd_impl=fused"],
-    "caraml_max_autotune_fused": ["compile=inductor", "compile_mode=max-autotune", "sgd_impl=fused"],
-    "caraml_max_autotune_nocg_fused": ["compile=inductor", "compile_mode=max-autotune-no-cudagraphs",
-                                       "sgd_impl=fused"],
-}
+from caraml.compare import image_classification as ic
+from caraml.compare.points import Point, refuse, run_points, select, table_lines, write_report
+from caraml.errors import BadInput
+
+ENV_KEYS = ("torch", "torchvision", "cuda", "cudnn", "driver", "python")
 
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src") + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def run(name: str, spec, results: Path, timeout: float) -> dict:
-    if isinstance(spec, tuple):
-        cmd = [sys.executable, str(ROOT / "bench" / "plain_loop.py"), *spec[1]]
+def caraml_row(name: str, out: dict, took: float, cmd: list) -> dict:
+    """The figures of a `caraml run --json` record (peak memory in GiB)."""
+    m = out.get("metrics") or {}
+    step, energy = m.get("step_time_s") or {}, m.get("energy") or {}
+    return {"name": name, "status": out["status"], "images_per_s": (m.get("throughput") or {}).get("value"),
+            "step_median_ms": (step.get("median") or 0) * 1e3, "step_p10_ms": (step.get("p10") or 0) * 1e3,
+            "step_p90_ms": (step.get("p90") or 0) * 1e3, "tflops_per_device": m.get("tflops_per_device"),
+            "mfu": m.get("mfu"), "compile_s": (m.get("warmup") or {}).get("compile_s"),
+            "peak_memory_gib": (m.get("peak_memory_bytes") or 0) / 2**30, "energy_wh": energy.get("total_wh"),
+            "images_per_wh": energy.get("units_per_wh"), "avg_power_w": energy.get("avg_power_w"),
+            "wall_s": took, "error": out.get("error"), "command": "caraml " + " ".join(cmd[3:-3]),
+            "env": {k: (out.get("env") or {}).get(k) for k in ENV_KEYS}}
+
+
+def run(point: Point, results: Path, timeout: float) -> dict:
+    plain = point.knobs.get("plain_loop")
+    if plain is not None:
+        cmd = [sys.executable, str(Path(__file__).with_name("plain_loop.py")), *plain]
     else:
-        cmd = [sys.executable, "-m", "caraml", "run", "image_classification", *COMMON, *spec,
+        cmd = [sys.executable, "-m", "caraml", "run", "image_classification", *ic.VS_PLAIN_COMMON, *point.params,
                "--results", str(results), "--json"]
-    print(f"ic_bench: {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    print(f"ic_bench: {point.name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env())
     except subprocess.TimeoutExpired:
-        return {"name": name, "status": "timeout", "wall_s": timeout}
+        return {"name": point.name, "status": "timeout", "wall_s": timeout}
     took = time.monotonic() - start
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"name": name, "status": "failed", "wall_s": took, "error": proc.stderr[-2000:]}
-    if isinstance(spec, tuple):
-        return {"name": name, "status": "ok", "images_per_s": out["images_per_s"], "wall_s": took,
+        return {"name": point.name, "status": "failed", "wall_s": took, "error": proc.stderr[-2000:]}
+    if plain is not None:
+        return {"name": point.name, "status": "ok", "images_per_s": out["images_per_s"], "wall_s": took,
                 "warmup_s": out["warmup_s"], "command": " ".join(cmd[1:])}
-    m = out.get("metrics") or {}
-    return {"name": name, "status": out["status"], "images_per_s": (m.get("throughput") or {}).get("value"),
-            "step_median_ms": ((m.get("step_time_s") or {}).get("median") or 0) * 1e3,
-            "step_p10_ms": ((m.get("step_time_s") or {}).get("p10") or 0) * 1e3,
-            "step_p90_ms": ((m.get("step_time_s") or {}).get("p90") or 0) * 1e3,
-            "tflops_per_device": m.get("tflops_per_device"), "mfu": m.get("mfu"),
-            "compile_s": (m.get("warmup") or {}).get("compile_s"),
-            "peak_memory_gb": (m.get("peak_memory_bytes") or 0) / 1e9,
-            "energy_wh": (m.get("energy") or {}).get("total_wh"),
-            "images_per_wh": (m.get("energy") or {}).get("units_per_wh"),
-            "avg_power_w": (m.get("energy") or {}).get("avg_power_w"),
-            "wall_s": took, "error": out.get("error"), "command": "caraml " + " ".join(cmd[3:-3]),
-            "env": {k: out["env"].get(k) for k in ("torch", "torchvision", "cuda", "cudnn", "driver", "python")}}
+    return caraml_row(point.name, out, took, cmd)
 
 
-def main() -> None:
-    if any(a.startswith("--group") for a in sys.argv[1:]):
+def parse(argv: list) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ic_bench.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
+    parser.add_argument("--only", default=None, help="comma list of: " + ", ".join(ic.VS_PLAIN.names()))
+    parser.add_argument("--budget", type=float, default=None, help="seconds for all points (default "
+                        "$IC_BENCH_BUDGET_S, else 560)")
+    parser.add_argument("--group", help="a group of attempts instead (bench/ic_group.py)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list) -> int:
+    if any(a.startswith("--group") for a in argv):
         import ic_group
 
-        sys.exit(ic_group.main(sys.argv[1:]))
-    args = [a for a in sys.argv[1:] if not a.startswith("--only")]
-    only = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")), list(POINTS))
-    unknown = [name for name in only if name not in POINTS]
-    if unknown:
-        sys.exit(f"ic_bench: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
-    out = Path(args[0] if args else os.environ.get("OUT", "bench-out"))
-    out.mkdir(parents=True, exist_ok=True)
-    budget = float(os.environ.get("IC_BENCH_BUDGET_S", "560"))
-    start = time.monotonic()
-    rows = []
-    for name in only:
-        left = budget - (time.monotonic() - start)
-        if left < 30:
-            rows.append({"name": name, "status": "skipped (time budget)"})
-            continue
-        rows.append(run(name, POINTS[name], out / "results", timeout=left))
-        (out / "ic_bench.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
-    by = {r["name"]: r for r in rows}
-    for a, b in (("caraml_eager", "plain_eager"), ("caraml_compiled", "plain_compiled")):
-        if by.get(a, {}).get("images_per_s") and by.get(b, {}).get("images_per_s"):
-            by[a]["ratio_to_plain"] = by[a]["images_per_s"] / by[b]["images_per_s"]
-    (out / "ic_bench.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
-    print(f"{'point':<26} {'status':<8} {'img/s':>8} {'ratio':>6} {'med ms':>7} {'p90 ms':>7} {'MFU':>6} "
-          f"{'compile s':>9} {'img/Wh':>8} {'W':>5} {'wall s':>6}")
-    for r in rows:
-        def f(key, fmt, r=r):
-            v = r.get(key)
-            return format(v, fmt) if isinstance(v, (int, float)) else "-"
-        print(f"{r['name']:<26} {r['status'][:8]:<8} {f('images_per_s', '8.0f')} {f('ratio_to_plain', '6.3f')} "
-              f"{f('step_median_ms', '7.2f')} {f('step_p90_ms', '7.2f')} {f('mfu', '6.3f')} {f('compile_s', '9.1f')} "
-              f"{f('images_per_wh', '8.0f')} {f('avg_power_w', '5.0f')} {f('wall_s', '6.0f')}")
-        if r.get("error") and r["status"] != "ok":
-            print("   ", str(r["error"])[-600:])
+        return ic_group.main(argv)
+    args = parse(argv)
+    try:
+        points = select(ic.VS_PLAIN, args.only or ",".join(ic.VS_PLAIN.names()))
+    except BadInput as problem:
+        return refuse("ic_bench", problem)
+    out = Path(args.out or os.environ.get("OUT") or "bench-out")
+    budget = args.budget if args.budget is not None else float(os.environ.get("IC_BENCH_BUDGET_S", "560"))
+
+    def saved(rows):
+        write_report(out, "ic_bench", {"date": time.strftime("%Y-%m-%d"), "rows": rows})
+
+    rows = run_points(points, lambda p, seconds: run(p, out / "results", seconds), budget, saved)
+    ic.ratios_to_plain(rows)
+    lines = table_lines(rows, ic.VS_PLAIN_COLUMNS)
+    write_report(out, "ic_bench", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, lines)
+    print("\n".join(lines))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -18,63 +18,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import re
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-CATEGORIES = (  # first match wins; Triton first: its kernel names carry the fused aten ops ("..._convolution_...")
-    ("triton template (autotuned conv/mm)", re.compile(r"^triton_tem", re.I)),
-    ("triton reduction (BN statistics and grads)", re.compile(r"^triton_(red|per)", re.I)),
-    ("triton pointwise (BN apply, ReLU, add, casts)", re.compile(r"^triton_", re.I)),
-    ("conv forward", re.compile(r"fprop|conv_fwd|convolution_fwd|mkldnn_convolution|^aten::(cudnn_)?convolution$",
-                                re.I)),
-    ("conv backward (CPU: one aten op)", re.compile(r"^aten::convolution_backward$")),
-    ("conv backward data", re.compile(r"dgrad|conv.*bwd_data", re.I)),
-    ("conv backward weight", re.compile(r"wgrad|bwd_filter|conv.*bwd_weight", re.I)),
-    ("conv other (cuDNN helpers, layout)", re.compile(r"cudnn|conv|nchwtonhwc|nhwctonchw|implicit", re.I)),
-    ("optimizer", re.compile(r"multi_tensor|sgd|foreach", re.I)),
-    ("matmul (fc, 1x1 conv as mm)", re.compile(r"gemm|nvjet|cublas|cutlass|splitk|aten::(mm|addmm)$", re.I)),
-    ("copy / fill", re.compile(r"memcpy|memset|copy|fill", re.I)),
-)
-
-
-def category(name: str) -> str:
-    """The kernel category of a device kernel's (or, on CPU, an aten op's) name."""
-    return next((c for c, pattern in CATEGORIES if pattern.search(name)), "other")
-
-
-# knobs --------------------------------------------------------------------------------------------------------
-def apply_knobs(knobs: dict) -> dict:
-    """Sets the knobs; returns what is in effect (read back) and what this torch lacks."""
-    import torch
-
-    applied: dict = {"inductor": {}, "missing": []}
-    if knobs.get("inductor"):
-        import torch._inductor.config as inductor_config
-
-        for dotted, value in knobs["inductor"].items():
-            *parents, leaf = dotted.split(".")
-            owner = inductor_config
-            for p in parents:
-                owner = getattr(owner, p, None)
-            if owner is None or not hasattr(owner, leaf):
-                applied["missing"].append(f"torch._inductor.config.{dotted}")
-                continue
-            setattr(owner, leaf, value)
-            applied["inductor"][dotted] = getattr(owner, leaf)
-    if "cudnn_benchmark_limit" in knobs:
-        if hasattr(torch.backends.cudnn, "benchmark_limit"):
-            torch.backends.cudnn.benchmark_limit = knobs["cudnn_benchmark_limit"]
-            applied["cudnn_benchmark_limit"] = torch.backends.cudnn.benchmark_limit
-        else:
-            applied["missing"].append("torch.backends.cudnn.benchmark_limit")
-    return applied
+from caraml.compare.kernel_profile import apply_knobs, breakdown, kernel_table
 
 
 # the device's power and clock over the window ----------------------------------------------------------------
@@ -122,60 +72,9 @@ class Sampler:
                 **({"note": self.note} if self.note else {})}
 
 
-# profile ------------------------------------------------------------------------------------------------------
-def kernel_table(averages, steps: int, cpu: bool) -> dict:
-    """{kernel name: {ms_per_step, calls_per_step, category}} from torch.profiler's key_averages()."""
-    kernels = {}
-    for evt in averages:
-        if cpu:
-            if not evt.key.startswith("aten::"):
-                continue
-            us = evt.self_cpu_time_total
-        else:
-            if str(getattr(evt, "device_type", "")).split(".")[-1] != "CUDA":
-                continue
-            us = getattr(evt, "self_device_time_total", None)
-            if us is None:
-                us = evt.self_cuda_time_total
-        if us > 0:
-            kernels[evt.key] = {"ms_per_step": us / 1e3 / steps, "calls_per_step": evt.count / steps,
-                                "category": category(evt.key)}
-    return kernels
-
-
-def breakdown(kernels: dict, step_ms: float, cpu: bool = False, top: int = 8) -> dict:
-    """Device time per step by category (ms, share of the step), each with its top kernels; the idle rest (none
-    on the CPU, where the ops' self times overlap across threads)."""
-    cats: dict = {}
-    for name, k in kernels.items():
-        c = cats.setdefault(k["category"], {"ms": 0.0, "calls": 0.0, "kernels": []})
-        c["ms"] += k["ms_per_step"]
-        c["calls"] += k["calls_per_step"]
-        c["kernels"].append((k["ms_per_step"], k["calls_per_step"], name))
-    busy = sum(c["ms"] for c in cats.values())
-    out = {}
-    for name, c in sorted(cats.items(), key=lambda kv: -kv[1]["ms"]):
-        c["kernels"].sort(reverse=True)
-        out[name] = {"ms": c["ms"], "share_of_step": c["ms"] / step_ms if step_ms else None, "calls": c["calls"],
-                     "top_kernels": [{"ms": ms, "calls": n, "name": k} for ms, n, k in c["kernels"][:top]]}
-    return {"step_ms": step_ms, "kernel_busy_ms": busy, "idle_ms": None if cpu else step_ms - busy,
-            "categories": out}
-
-
 # one point ----------------------------------------------------------------------------------------------------
-def run_point(name: str, params: list, knobs: dict, out: Path, warmup: int, steps: int, profile_steps: int) -> dict:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from caraml.runner import RunSpec, build_bench
-
-    applied = apply_knobs(knobs)
-    spec = RunSpec("image_classification", dict(p.split("=", 1) for p in params))
-    bench = build_bench(spec)
-    cuda = bench.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    batch = bench.cfg.batch_size
-
+def timed_steps(bench, sync, warmup: int, steps: int) -> dict:
+    """The first step alone (compilation), the rest of the warm-up, then the measured window under the sampler."""
     start = time.perf_counter()
     bench.step()
     sync()
@@ -184,21 +83,26 @@ def run_point(name: str, params: list, knobs: dict, out: Path, warmup: int, step
         bench.step()
     sync()
     warmup_s = time.perf_counter() - start
-
-    with Sampler(cuda) as sampler:
+    with Sampler(bench.device.type == "cuda") as sampler:
         start = time.perf_counter()
         for _ in range(steps):
             bench.step()
         sync()
         window_s = time.perf_counter() - start
-    step_ms = window_s / steps * 1e3
+    return {"first_step_s": first_step_s, "warmup_s": warmup_s, "step_ms": window_s / steps * 1e3,
+            **sampler.summary()}
 
+
+def profiled(bench, sync, name: str, out: Path, profile_steps: int) -> dict:
+    """torch.profiler over `profile_steps` steady steps: the kernels of a step; the Chrome trace (gzip) into out."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = bench.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         for _ in range(profile_steps):
             bench.step()
         sync()
-    kernels = kernel_table(prof.key_averages(), profile_steps, cpu=not cuda)
     trace = out / f"trace-{name}.json"
     try:
         prof.export_chrome_trace(str(trace))
@@ -207,21 +111,47 @@ def run_point(name: str, params: list, knobs: dict, out: Path, warmup: int, step
         trace.unlink()
     except Exception as exc:  # noqa: BLE001 - the trace is a convenience; the table is the result
         print(f"ic_point: {name}: no trace ({exc})", file=sys.stderr)
+    return kernel_table(prof.key_averages(), profile_steps, cpu=not cuda)
+
+
+def device_facts(bench, flops_per_s: float) -> dict:
+    """MFU against the device's bf16 peak (its system profile's), peak memory (GiB), versions, the device."""
+    import torch
+
+    from caraml.compare.peaks import device_tag, mfu
+
+    if bench.device.type != "cuda":
+        return {"mfu_bf16": None, "peak_memory_gib": None, "torch": torch.__version__, "cudnn": None,
+                "device_name": "cpu", "system": "CPU"}
+    tag = device_tag(bench.device)
+    return {"mfu_bf16": mfu(flops_per_s, "bf16", tag), "system": tag,
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30, "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "device_name": torch.cuda.get_device_name()}
+
+
+def run_point(name: str, params: list, knobs: dict, out: Path, warmup: int, steps: int, profile_steps: int) -> dict:
+    import torch
+
+    from caraml.runner import RunSpec, build_bench
+
+    applied = apply_knobs(knobs)
+    bench = build_bench(RunSpec("image_classification", dict(p.split("=", 1) for p in params)))
+    cuda = bench.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    batch = bench.cfg.batch_size
+    timed = timed_steps(bench, sync, warmup, steps)
+    step_ms = timed["step_ms"]
+    kernels = profiled(bench, sync, name, out, profile_steps)
     note = None
     if cuda and sum(k["ms_per_step"] for k in kernels.values()) < 0.1 * step_ms:
         note = ("the profile saw kernels for under 10 % of the step (the CUDA graph's kernels not traced?); "
                 "the Chrome trace shows what it did see")
-    info = bench.info
-    row = {"name": name, "status": "ok", "images_per_s": batch * steps / window_s, "step_ms": step_ms,
-           "batch_size": batch, "first_step_s": first_step_s, "warmup_s": warmup_s, "measured_steps": steps,
-           "mfu_bf16_989tf": info.flops_per_unit * batch / (step_ms / 1e3) / 989.4e12 if cuda else None,
-           "knobs": applied, "math": bench.math, "stem_padded": bench.details().get("stem_padded"),
-           **sampler.summary(),
-           "peak_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else None,
+    row = {"name": name, "status": "ok", "images_per_s": batch * 1e3 / step_ms, "batch_size": batch, **timed,
+           "measured_steps": steps, "knobs": applied, "math": bench.math,
+           "stem_padded": bench.details().get("stem_padded"),
+           **device_facts(bench, bench.info.flops_per_unit * batch / (step_ms / 1e3)),
            "profile": breakdown(kernels, step_ms, cpu=not cuda), "profiled_steps": profile_steps,
-           "profile_note": note,
-           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if cuda else None,
-           "device_name": torch.cuda.get_device_name() if cuda else "cpu"}
+           "profile_note": note}
     bench.close()
     return row
 

@@ -22,9 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+from caraml.compare.kernel_profile import kernel_table
 
 # name: (loop, micro-batch, caraml parameters)
 POINTS = {
@@ -62,33 +60,20 @@ def caraml_step(micro: int, params: dict, cpu: bool):
 
 
 def plain_step(micro: int, cpu: bool):
-    """llm_bench's plain loop, one step at a time."""
-    import llm_bench
+    """llm_bench's plain loop (caraml.compare.llm_plain), one step at a time."""
+    from caraml.compare.llm_plain import plain_step as plain
+    from caraml.compare.llm_setup import LLMSetup, caraml_schedule, on_cpu
 
-    if cpu:
-        llm_bench.MODEL.update(llm_bench.SELF_CHECK["model"])
-        llm_bench.VOCAB = llm_bench.SELF_CHECK["vocab"]
-        llm_bench.RUN.update(device="cpu", compile=False)
-    step, count = llm_bench.plain_step(micro), iter(range(1 << 62))
+    setup = on_cpu(LLMSetup()) if cpu else LLMSetup()
+    step, count = plain(setup, micro, caraml_schedule()), iter(range(1 << 62))
     return (lambda: step(next(count))), {}
 
 
 # one point, in its own process ----------------------------------------------------------------------------------
-def run_point(name: str, steps: int, warmup: int, out: Path) -> dict:
+def device_times(step, sync, steps: int, cpu: bool) -> tuple[list, list]:
+    """Device time per iteration (CUDA events; on a CPU the host's) and how long the host takes to issue one."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    cpu = not torch.cuda.is_available()
-    loop, micro, params = POINTS[name]
-    step, extra = caraml_step(micro, params, cpu) if loop == "caraml" else plain_step(micro, cpu)
-    sync = (lambda: None) if cpu else torch.cuda.synchronize
-    start = time.perf_counter()
-    for _ in range(warmup):
-        step()
-    sync()
-    warmup_s = time.perf_counter() - start
-
-    # device time per iteration (CUDA events), and how long the host takes to issue one iteration
     events, host = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -103,35 +88,41 @@ def run_point(name: str, steps: int, warmup: int, out: Path) -> dict:
         e.record()
         events.append(e)
     sync()
-    device_ms = [a.elapsed_time(b) for a, b in zip(events, events[1:])] if not cpu else [h * 1e3 for h in host]
+    return ([a.elapsed_time(b) for a, b in zip(events, events[1:])] if not cpu else [h * 1e3 for h in host]), host
 
-    profiled = 3
+
+def profiled_kernels(step, sync, name: str, out: Path, cpu: bool, profiled: int = 3) -> dict:
+    """torch.profiler over `profiled` iterations: each kernel's time and calls per step, by category; a Chrome
+    trace into out."""
+    from torch.profiler import ProfilerActivity, profile
+
     activities = [ProfilerActivity.CPU] + ([] if cpu else [ProfilerActivity.CUDA])
     with profile(activities=activities) as prof:
         for _ in range(profiled):
             step()
         sync()
-    kernels: dict[str, dict] = {}
-    for evt in prof.key_averages():
-        if cpu:
-            us, count = evt.self_cpu_time_total, evt.count
-            if not evt.key.startswith("aten::"):
-                continue
-        else:
-            if str(getattr(evt, "device_type", "")).split(".")[-1] != "CUDA":
-                continue
-            us = getattr(evt, "self_device_time_total", None)
-            if us is None:
-                us = evt.self_cuda_time_total
-            count = evt.count
-        if us <= 0:
-            continue
-        kernels[evt.key] = {"ms_per_step": us / 1e3 / profiled, "calls_per_step": count / profiled,
-                            "category": category(evt.key)}
+    kernels = kernel_table(prof.key_averages(), profiled, cpu, categorize=category)
     try:
         prof.export_chrome_trace(str(out / f"trace-{name}.json"))
     except Exception as exc:  # noqa: BLE001 - the trace is a convenience; the table above is the result
         print(f"llm_profile: {name}: no trace ({exc})", file=sys.stderr)
+    return kernels
+
+
+def run_point(name: str, steps: int, warmup: int, out: Path) -> dict:
+    import torch
+
+    cpu = not torch.cuda.is_available()
+    loop, micro, params = POINTS[name]
+    step, extra = caraml_step(micro, params, cpu) if loop == "caraml" else plain_step(micro, cpu)
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
+    start = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    sync()
+    warmup_s = time.perf_counter() - start
+    device_ms, host = device_times(step, sync, steps, cpu)
+    kernels = profiled_kernels(step, sync, name, out, cpu)
     by_category: dict[str, float] = {}
     for k in kernels.values():
         by_category[k["category"]] = by_category.get(k["category"], 0.0) + k["ms_per_step"]
@@ -178,16 +169,22 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    parser.add_argument("--out", default=None, help="results folder (default $OUT, else ./bench-out)")
     parser.add_argument("--only", default=",".join(POINTS), help="comma list of: " + ", ".join(POINTS))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=6)
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per point")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # internal: run this one point here
     args = parser.parse_args()
-    out = Path(args.out)
+    out = Path(args.out or os.environ.get("OUT") or "bench-out")
     out.mkdir(parents=True, exist_ok=True)
     if args.point:
         row = run_point(args.point, args.steps, args.warmup, out)
@@ -196,14 +193,15 @@ def main() -> None:
     only = [n for n in args.only.split(",") if n]
     unknown = [n for n in only if n not in POINTS]
     if unknown:
-        sys.exit(f"llm_profile: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}")
+        print(f"llm_profile: unknown point(s) {', '.join(unknown)}; choose from: {', '.join(POINTS)}", file=sys.stderr)
+        sys.exit(2)
     rows = []
     for name in only:
         print(f"llm_profile: {name}", file=sys.stderr, flush=True)
         cmd = [sys.executable, __file__, "--point", name, "--out", str(out), "--steps", str(args.steps),
                "--warmup", str(args.warmup)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=_env())
             path = out / f"point-{name}.json"
             rows.append(json.loads(path.read_text()) if proc.returncode == 0 and path.exists() else
                         {"name": name, "status": "failed", "error": proc.stderr[-3000:]})

@@ -32,10 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from caraml import peers
 
-from caraml import peers  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1")
 CARAML = (*TORCHRUN, "-m", "caraml", "run")
@@ -96,7 +95,7 @@ def gpt_side(label: str, args, *extra: str) -> peers.Side:
 def gpt_points(args) -> list[peers.Point]:
     """megatron-core (the peer engine) against caraml's native engine, CARAML's 2024 800M configuration."""
     return [peers.Point(f"gpt-800M-2024-gb{args.global_batch}",
-                        gpt_side("megatron-core (backend=megatron-core)", args, "backend=megatron-core"),
+                        gpt_side("megatron-core (engine=megatron-core)", args, "engine=megatron-core"),
                         gpt_side("caraml native", args))]
 
 

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias", "select", "slice",
          "unsqueeze", "squeeze", "view_as_real", "view_as_complex", "_reshape_alias", "as_strided"}
@@ -62,12 +58,13 @@ def main() -> None:
           f"({', '.join(f'{k} {v / 1e9:.1f} G' for k, v in rows['channels-last']['flops_by_op'].items())})")
     ops = sorted({op for r in rows.values() for op in r["by_op"]}, key=lambda op: -rows["channels-first"]["by_op"]
                  .get(op, 0))
-    print(f"{'eager aten bytes (GB)':<24} {'channels-first':>15} {'channels-last':>15}")
+    print(f"{'eager aten bytes (GiB)':<24} {'channels-first':>15} {'channels-last':>15}")
     for op in ops:
-        first, last = (rows[k]["by_op"].get(op, 0) / 1e9 for k in rows)
+        first, last = (rows[k]["by_op"].get(op, 0) / 2**30 for k in rows)
         if max(first, last) >= 0.01:
             print(f"{op:<24} {first:15.2f} {last:15.2f}")
-    print(f"{'total':<24} {rows['channels-first']['bytes'] / 1e9:15.2f} {rows['channels-last']['bytes'] / 1e9:15.2f}")
+    first, last = (rows[k]["bytes"] / 2**30 for k in rows)
+    print(f"{'total':<24} {first:15.2f} {last:15.2f}")
 
 
 if __name__ == "__main__":

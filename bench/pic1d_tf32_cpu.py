@@ -11,18 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from pic_tf32_cpu import _TF32Product, emulated_tf32  # noqa: E402
-
-from caraml.workloads.fno.model import FNO  # noqa: E402
+from caraml.compare.tf32_emulation import TF32Product, emulated_tf32
+from caraml.workloads.fno.model import FNO
 
 
 @contextlib.contextmanager
@@ -31,7 +25,7 @@ def emulated_tf32_all():
     linear = F.linear
 
     def tf32_linear(x, w, b=None):
-        out = _TF32Product.apply(x, w.t(), torch.Tensor.__matmul__)
+        out = TF32Product.apply(x, w.t(), torch.Tensor.__matmul__)
         return out if b is None else out + b
 
     with emulated_tf32():

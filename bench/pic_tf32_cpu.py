@@ -1,4 +1,4 @@
-"""PIC2D's nufft_backend=matrix against torchkbnufft on a CPU, with and without TF32 emulated (issue 23).
+"""PIC2D's nufft_backend=matrix against torchkbnufft on a CPU, with and without TF32 emulated.
 
     PYTHONPATH=src python3 bench/pic_tf32_cpu.py [--particles 100000] [--batch 2] [--width 32] [--out DIR]
 
@@ -18,99 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-MODEL_LAYERS = 4  # PIC2D's
-TOLERANCE = 1e-4  # issue 23: equal to torchkbnufft's within this, relative
-
-
-def tf32_round(t: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to TF32's 10 mantissa bits (to nearest, ties away); other dtypes unchanged."""
-    if t.dtype != torch.float32:
-        return t
-    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
-
-
-class _TF32Product(torch.autograd.Function):
-    """A matmul/bmm with TF32-rounded operands in the forward and both backward products."""
-
-    @staticmethod
-    def forward(ctx, a, b, product):
-        ctx.save_for_backward(a, b)
-        ctx.product = product
-        return product(tf32_round(a), tf32_round(b))
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        g = tf32_round(grad)
-        ga = ctx.product(g, tf32_round(b).transpose(-1, -2)).sum_to_size(a.shape)
-        gb = ctx.product(tf32_round(a).transpose(-1, -2), g).sum_to_size(b.shape)
-        return ga, gb, None
-
-
-@contextlib.contextmanager
-def emulated_tf32():
-    """torch.matmul and torch.bmm as a GPU runs them under matmul precision 'high' (TF32), for the duration."""
-    matmul, bmm = torch.matmul, torch.bmm
-    torch.matmul = lambda a, b: _TF32Product.apply(a, b, matmul)
-    torch.bmm = lambda a, b: _TF32Product.apply(a, b, bmm)
-    try:
-        yield
-    finally:
-        torch.matmul, torch.bmm = matmul, bmm
-
-
-def backend_results(backend: str, particles: int, batch: int, width: int, modes: int,
-                    matrix_dtype: torch.dtype | None = None, layers: int = MODEL_LAYERS,
-                    input_noise: float = 0.0) -> dict:
-    """CARAML's PIC2D operator alone (spectrum, inverse of the spectrum times a fixed factor, gradient w.r.t. its
-    input from a fixed cotangent) and the FNO on it (output; L1 loss gradients w.r.t. the input and every weight),
-    from fixed seeds: the same weights and data for every backend. matrix_dtype: the matrix backend's products;
-    input_noise: the model's input times 1 + input_noise * N(0, 1) (the TF32 floor: 2^-24, float32 rounding)."""
-    from caraml.workloads.fno.model import FNO, ParticleIndexNUFFT
-
-    torch.manual_seed(3)
-    op = ParticleIndexNUFFT((modes, modes), particles, backend)
-    model = FNO(3, 2, width, (modes, modes), layers, kind="kbnufft", particles=particles, nufft_backend=backend)
-    if backend == "matrix" and matrix_dtype is not None:
-        op.matrix, model.transform.matrix = op.matrix.to(matrix_dtype), model.transform.matrix.to(matrix_dtype)
-    torch.manual_seed(2)
-    x = torch.randn(batch, width, particles, requires_grad=True)
-    spec = op(x, None, False)
-    back = op.inverse(spec * torch.randn(spec.shape), None, (particles,))
-    (back * torch.randn(back.shape)).sum().backward()
-    xm = torch.randn(batch, 3, particles)
-    xm[:, :2] = 2 * torch.pi * torch.rand(batch, 2, particles)  # positions, as CARAML's data
-    noise = torch.randn(xm.shape, generator=torch.Generator().manual_seed(9))  # beside the seeded sequence
-    xm = (xm * (1 + input_noise * noise)).requires_grad_(True)
-    out = model(xm)
-    (out - torch.randn(out.shape)).abs().mean().backward()  # CARAML's L1 loss
-    return {"spectrum": spec.detach(), "inverse": back.detach(), "operator input grad": x.grad,
-            "output": out.detach(), "model input grad": xm.grad,
-            **{f"grad {name}": q.grad for name, q in model.named_parameters()}}
-
-
-def rel_diffs(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """(norm-wise, elementwise) relative difference of a to b."""
-    a, b = a.double(), b.double()
-    return (float((a - b).norm() / b.norm().clamp_min(1e-300)),
-            float((a - b).abs().max() / b.abs().max().clamp_min(1e-300)))
-
-
-def compare(results: dict, reference: dict) -> dict:
-    """name -> (norm-wise, elementwise); the weights' gradients as their worst parameter, 'weight grads'."""
-    diffs = {name: rel_diffs(results[name], ref) for name, ref in reference.items()}
-    out = {k: v for k, v in diffs.items() if not k.startswith("grad ")}
-    weights = [v for k, v in diffs.items() if k.startswith("grad ")]
-    out["weight grads"] = (max(w[0] for w in weights), max(w[1] for w in weights))
-    return out
+from caraml.compare.tf32_emulation import TOLERANCE, backend_results, compare, emulated_tf32
 
 
 def main() -> None:

@@ -3,53 +3,68 @@
     python3 bench/plain_loop.py [--compile] [--steps 100] [--warmup 15] [--batch 256]
 
 bf16 autocast, channels_last, SGD with momentum, two synthetic batches on the GPU alternated, timed
-with one synchronisation at each end of the measured window. Prints one JSON line.
+with one synchronisation at each end of the measured window. Prints one JSON line. Independent of caraml.
 """
 
 import argparse
 import json
 import time
 
-import torch
-import torchvision
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--compile", action="store_true")
-parser.add_argument("--mode", default=None)
-parser.add_argument("--steps", type=int, default=100)
-parser.add_argument("--warmup", type=int, default=15)
-parser.add_argument("--batch", type=int, default=256)
-args = parser.parse_args()
-
-torch.backends.cudnn.benchmark = True
-device = torch.device("cuda")
-model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last).train()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-criterion = torch.nn.CrossEntropyLoss()
-if args.compile:
-    model = torch.compile(model, mode=args.mode)
-batches = [(torch.randn(args.batch, 3, 224, 224, device=device).contiguous(memory_format=torch.channels_last),
-            torch.randint(0, 1000, (args.batch,), device=device)) for _ in range(2)]
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--mode", default=None)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--batch", type=int, default=256)
+    return parser.parse_args(argv)
 
 
-def step(i):
-    x, y = batches[i % 2]
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = criterion(model(x), y)
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+def training_step(args: argparse.Namespace):
+    """step(i): one training step of ResNet50 on one of two synthetic batches on the GPU."""
+    import torch
+    import torchvision
+
+    torch.backends.cudnn.benchmark = True
+    device = torch.device("cuda")
+    model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    criterion = torch.nn.CrossEntropyLoss()
+    if args.compile:
+        model = torch.compile(model, mode=args.mode)
+    batches = [(torch.randn(args.batch, 3, 224, 224, device=device).contiguous(memory_format=torch.channels_last),
+                torch.randint(0, 1000, (args.batch,), device=device)) for _ in range(2)]
+
+    def step(i):
+        x, y = batches[i % 2]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
 
 
-start = time.perf_counter()
-for i in range(args.warmup):
-    step(i)
-torch.cuda.synchronize()
-warmup_s = time.perf_counter() - start
-start = time.perf_counter()
-for i in range(args.steps):
-    step(i)
-torch.cuda.synchronize()
-wall = time.perf_counter() - start
-print(json.dumps({"compile": args.compile, "mode": args.mode, "images_per_s": args.batch * args.steps / wall,
-                  "steps": args.steps, "wall_s": wall, "warmup_s": warmup_s, "torch": torch.__version__}))
+def main(argv=None) -> None:
+    import torch
+
+    args = parse(argv)
+    step = training_step(args)
+    start = time.perf_counter()
+    for i in range(args.warmup):
+        step(i)
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(args.steps):
+        step(i)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    print(json.dumps({"compile": args.compile, "mode": args.mode, "images_per_s": args.batch * args.steps / wall,
+                      "steps": args.steps, "wall_s": wall, "warmup_s": warmup_s, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,12 +3,13 @@
     PYTHONPATH=src python3 bench/refactor_check.py [OUT_DIR]
 
 One process per point (records in OUT_DIR/results), a table on stdout, refactor_check.json in OUT_DIR (or $OUT,
-or ./bench-out). `before` is the same command's figure from docs/performance.md (H200, earlier sessions); a
+or ./bench-out). `before` is the same command's figure from docs/performance.md (H200, earlier runs); a
 point that ends other than ok, or below 0.95 x before, is named at the end and makes the exit code 1.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -16,7 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+from caraml.compare.points import Column, table_lines, write_report
+
 ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = (Column("point", 36, "s", "name"), Column("status", 10, "s", "status", cut=True),
+           Column("units/s", 12, ",.1f", "throughput"), Column("before", 10, ",.0f", "before"),
+           Column("ratio", 7, ".3f", "ratio"), Column("MFU", 6, ".3f", "mfu"), Column("Wh", 8, ".3f", "energy_wh"),
+           Column("wall s", 7, ".0f", "wall_s"))
 POINTS = [  # name, workload, parameters, figure before (units/s) or None
     ("ic_resnet50_bf16_eager", "image_classification",
      ["--preset", "default", "batch_size=256", "precision=bf16", "channels_last=on", "data=synthetic-device",
@@ -60,8 +67,14 @@ def run(name: str, workload: str, params: list[str], results: Path) -> dict:
             "phases": sorted((m.get("energy") or {}).get("phases") or {})}
 
 
-def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT") or "bench-out")
+def parse(argv: list[str] | None) -> Path:
+    parser = argparse.ArgumentParser(prog="refactor_check.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
+    return Path(parser.parse_args(argv).out or os.environ.get("OUT") or "bench-out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = parse(argv)
     out.mkdir(parents=True, exist_ok=True)
     rows, bad = [], []
     for name, workload, params, before in POINTS:
@@ -71,17 +84,14 @@ def main() -> int:
         rows.append(row)
         if row["status"] != "ok" or (row["ratio"] is not None and row["ratio"] < 0.95):
             bad.append(name)
-        (out / "refactor_check.json").write_text(json.dumps(rows, indent=1, default=str))
-    print(f"{'point':<36} {'status':<10} {'units/s':>12} {'before':>10} {'ratio':>7} {'MFU':>6} {'Wh':>8} "
-          f"{'wall s':>7}")
-    for r in rows:
-        tp, ratio, mfu, wh = r.get("throughput"), r.get("ratio"), r.get("mfu"), r.get("energy_wh")
-        print(f"{r['name']:<36} {r['status']:<10} {tp or 0:>12,.1f} {r['before'] or 0:>10,.0f} "
-              f"{ratio or 0:>7.3f} {(mfu or 0) * 100:>5.1f}% {wh or 0:>8.3f} {r['wall_s']:>7.0f}")
+        write_report(out, "refactor_check", {"rows": rows})
+    lines = table_lines(rows, COLUMNS)
+    write_report(out, "refactor_check", {"rows": rows}, lines)
+    print("\n".join(lines))
     if bad:
         print("refactor_check: not as before: " + ", ".join(bad), file=sys.stderr)
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

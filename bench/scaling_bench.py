@@ -1,4 +1,4 @@
-"""Multi-GPU weak scaling of image classification on one node (issue 7).
+"""Multi-GPU weak scaling of image classification on one node.
 
     PYTHONPATH=src python3 bench/scaling_bench.py [OUT_DIR] [--settings "compile=inductor ..."]
 
@@ -11,6 +11,7 @@ comparison (parallel efficiency against 1 GPU) and the scaling plot, all under O
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -19,10 +20,16 @@ import sys
 import time
 from pathlib import Path
 
+from caraml.compare.points import Column, table_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["model=resnet50", "batch_size=256", "precision=bf16", "channels_last=on", "data=synthetic-device",
         "device=cuda", "warmup_steps=20", "measure_steps=150", "sgd_impl=fused"]
 DEFAULT_SETTINGS = "compile=inductor compile_mode=reduce-overhead"  # the best single-GPU setting found
+COLUMNS = (Column("GPUs", 4, "d", "gpus"), Column("status", 11, "s", "status", cut=True),
+           Column("img/s", 9, ".0f", "images_per_s"), Column("img/s/GPU", 9, ".0f", "images_per_s_per_gpu"),
+           Column("weak eff", 8, ".3f", "weak_scaling_efficiency"), Column("Wh", 7, ".3f", "energy_wh"),
+           Column("img/Wh", 8, ".0f", "images_per_wh"), Column("devs", 4, "d", "energy_devices"))
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -37,12 +44,19 @@ def caraml(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def main() -> None:
+def parse(argv: list[str] | None) -> tuple[Path, str]:
+    """(the results folder, the caraml settings of every point)."""
+    parser = argparse.ArgumentParser(prog="scaling_bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"caraml settings (default: {DEFAULT_SETTINGS})")
+    args = parser.parse_args(argv)
+    return Path(args.out or os.environ.get("OUT") or "bench-out"), args.settings
+
+
+def main(argv: list[str] | None = None) -> None:
     import torch
 
-    args = [a for a in sys.argv[1:] if not a.startswith("--settings")]
-    settings = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--settings=")), DEFAULT_SETTINGS)
-    out = Path(args[0] if args else os.environ.get("OUT", "bench-out"))
+    out, settings = parse(argv)
     results = out / "results"
     gpus = torch.cuda.device_count()
     counts = [n for n in (1, 2, 4, 8) if n <= gpus]
@@ -79,15 +93,7 @@ def main() -> None:
     (out / "scaling.md").write_text(caraml("compare", "--by", "devices", "--results", str(results),
                                            "--format", "markdown").stdout)
     caraml("plot", "scaling", "--results", str(results), "--out", str(out))
-    print(f"{'GPUs':>4} {'status':<11} {'img/s':>9} {'img/s/GPU':>9} {'weak eff':>8} {'Wh':>7} {'img/Wh':>8} "
-          f"{'devs':>4}")
-    for r in rows:
-        def f(key, fmt, r=r):
-            v = r.get(key)
-            return format(v, fmt) if isinstance(v, (int, float)) else "-"
-        print(f"{r['gpus']:>4} {r['status']:<11} {f('images_per_s', '9.0f')} {f('images_per_s_per_gpu', '9.0f')} "
-              f"{f('weak_scaling_efficiency', '8.3f')} {f('energy_wh', '7.3f')} {f('images_per_wh', '8.0f')} "
-              f"{f('energy_devices', '4d')}")
+    print("\n".join(table_lines(rows, COLUMNS)))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ started apt $!
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # The test extra brings torchao (pinned there): precision=fp8's conversion and float8 products run on the CPU too.
 .venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[test,hdf5]'
-# megatron-core for the tests of llm_training's backend=megatron-core (its weight map, both backends' losses on the
+# megatron-core for the tests of llm_training's engine=megatron-core (its weight map, both backends' losses on the
 # CPU): its metadata asks for Python >= 3.12, but it ships a cp311 wheel and the parts used import and run on 3.11.
 .venv/bin/pip install -q --no-deps --ignore-requires-python megatron-core==0.19.2
 

@@ -216,24 +216,16 @@ def cli(*args, check=None) -> subprocess.CompletedProcess:
     return proc
 
 
-def bench_script(name: str, fresh: bool = False):
-    """bench/NAME.py as a module, registered in sys.modules as NAME, as an import would (its dataclasses look their
-    module up there); the one loaded already unless `fresh` (a new module, so that nothing set on it leaks)."""
-    import importlib.util
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """`caraml ARGV` in this process under pytest's capsys: exit code (argparse's too), stdout, stderr."""
+    from caraml.cli import main
 
-    path = ROOT / "bench" / f"{name}.py"
-    loaded = sys.modules.get(name)
-    if loaded is not None and not fresh and getattr(loaded, "__file__", None) == str(path):
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def records_in(results: Path) -> list[dict]:

@@ -8,7 +8,7 @@ import csv
 import json
 from pathlib import Path
 
-from caraml.results.record import RunRecord
+from caraml.results.record import RunRecord, config_id, now
 
 UNITS = {"image_classification": "images", "llm_training": "tokens", "fno": "timesteps"}
 
@@ -45,7 +45,7 @@ def record(workload: str, system: str, params: dict, throughput: float | None, *
     # The layout the runner records for every run: dp from the tensor and pipeline sizes the params ask for.
     tp, pp = params.get("tp", 1), params.get("pp", 1)
     parallel = {"dp": devices // (tp * pp), "tp": tp, "pp": pp, "world": devices}
-    return RunRecord.for_config(
+    return record_for(
         workload, params, {"tag": system, "detected": False, "profile": {"tag": system}},
         {"world_size": devices, "nodes": nodes, "local_world_size": devices // nodes,
          "backend": "nccl" if devices > 1 else None, "launcher": "torchrun" if devices > 1 else "single",
@@ -151,3 +151,30 @@ def populate(results: Path, with_power=True) -> dict[str, dict]:
     for rec in recs.values():
         write(results, rec)
     return recs
+
+
+def identifying(workload: str, values: dict) -> dict:
+    """What the configuration id hashes of `values`: by the workload's declarations, or as they are for a workload
+    this installation does not have."""
+    from caraml import workloads
+    from caraml.errors import BadInput
+
+    try:
+        wl = workloads.get(workload)
+    except BadInput:
+        wl = workloads.Workload(workload, unit="units", params=[])
+    return wl.identifying(values)
+
+
+def config_id_of(workload: str, values: dict, system: str, world_size: int = 1, nodes: int = 1) -> str:
+    """The configuration id a run of `workload` with these parameter values gets on `system`."""
+    return config_id(identifying(workload, values), system, {"world_size": world_size, "nodes": nodes})
+
+
+def record_for(workload: str, params: dict, system: dict, launch: dict, status: str = "ok",
+               started_at: str | None = None, **rest) -> RunRecord:
+    """A record whose id is the configuration's, as a run makes it (the workload's identifying parameters, the
+    system's tag, the launch's devices and nodes)."""
+    return RunRecord(id=config_id_of(workload, params, system["tag"], launch["world_size"], launch["nodes"]),
+                     workload=workload, status=status, params=params, system=system, launch=launch,
+                     started_at=started_at or now(), **rest)

@@ -9,7 +9,7 @@ import json
 import sys
 
 from caraml import distributed
-from caraml.workloads.llm_training.bench import train_losses
+from caraml.crosscheck import train_losses
 
 
 def main() -> None:

@@ -77,13 +77,13 @@ derived:
 
 
 def test_ids_are_the_record_config_hash(tmp_path):
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
     s = _suite(tmp_path, "workload: image_classification\nparams:\n  batch_size: 8,16\n")
     a, b = expand(s, set(), "CPU"), expand(s, set(), "CPU")
     assert [p.id for p in a] == [p.id for p in b]
     p = a[0]
-    assert p.id == config_id("image_classification", p.params, "CPU", 1, 1)
+    assert p.id == config_id_of("image_classification", p.params, "CPU", 1, 1)
 
 
 @pytest.mark.parametrize("name, tag_list, system, count", [

@@ -7,7 +7,8 @@ import pytest
 from caraml.campaign import launchers
 from caraml.campaign.executors import EXECUTORS, get_executor
 from caraml.campaign.expand import SweepPoint
-from caraml.campaign.launchers import LAUNCHERS, Job, ShellWord, get_launcher, tasks_per_node
+from caraml.campaign.launchers import LAUNCHERS, Job, get_launcher, tasks_per_node
+from caraml.campaign.rendezvous import ShellWord, SlurmStep, Standalone
 from caraml.errors import BadInput
 
 RUN = ("run", "image_classification", "batch_size=8", "--system", "CPU", "--results", "/r")
@@ -17,7 +18,7 @@ TORCHRUN = ["-m", "torch.distributed.run"]
 def _job(nodes: int, per_node: int, slurm_step: bool, launcher: str = "torchrun") -> Job:
     point = SweepPoint(id="0123456789abcdef", workload="image_classification", system="CPU", preset=None,
                        params={"batch_size": 8}, nodes=nodes, devices_per_node=per_node, launcher=launcher)
-    return Job(point, "/py", RUN, slurm_step=slurm_step)
+    return Job(point, "/py", RUN, SlurmStep() if slurm_step else Standalone())
 
 
 def test_registry_names_the_three_launchers():

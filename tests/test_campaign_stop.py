@@ -134,14 +134,14 @@ def test_a_sigkilled_sweep_takes_its_running_point_with_it(tmp_path, results):
 @pytest.mark.subprocess
 def test_hung_point_is_killed_after_the_grace_period_and_recorded_as_timeout(tmp_path, results, monkeypatch):
     """A point that ignores SIGTERM (an NCCL deadlock does) is killed; the sweep writes its record."""
-    from caraml.campaign import local, sweep
+    from caraml.campaign import children, local, sweep
     from caraml.results.record import validate
 
     hung = tmp_path / "hung-python"
     hung.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import signal, time; "
                     "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n")
     hung.chmod(0o755)
-    monkeypatch.setattr(local, "STOP_GRACE_S", 1.0)
+    monkeypatch.setattr(children, "STOP_GRACE_S", 1.0)
     plan = sweep.plan(str(_suite(tmp_path, "00:00:02")), [], "CPU", {"measure_steps": "100000", "image_size": "32"})
     start = time.monotonic()
     counts = local.run_local(plan, str(results), resume=False, python=str(hung))

@@ -21,9 +21,9 @@ def _llm_pair(results, second="megatron-core"):
     native = llm("H100", "800M", 4, 1, 1, 256, 400_000.0)
     other = llm("H100", "800M", 4, 1, 1, 256, 380_000.0, started="2026-12-01T11:00:00.000+00:00")
     other["params"]["backend"] = second
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
-    other["id"] = config_id("llm_training", other["params"], "H100", 4, 1)  # a run's: the engine is configuration
+    other["id"] = config_id_of("llm_training", other["params"], "H100", 4, 1)  # a run's: the engine is configuration
     write(results, native)
     write(results, other)
 
@@ -31,39 +31,39 @@ def _llm_pair(results, second="megatron-core"):
 def test_native_and_megatron_core_figures_are_two_rows_that_name_their_engine(tmp_path):
     _llm_pair(tmp_path)
     rows = _rows(tmp_path)
-    assert sorted((r["backend"], r["throughput"]) for r in rows) == [("megatron-core", 380_000.0),
+    assert sorted((r["engine"], r["throughput"]) for r in rows) == [("megatron-core", 380_000.0),
                                                                      ("native", 400_000.0)]
-    assert "Backend" in _headers(tmp_path)
+    assert "Engine" in _headers(tmp_path)
 
 
 def test_the_engine_shows_beside_the_columns_asked_for_when_rows_differ_in_it(tmp_path):
     _llm_pair(tmp_path)
-    assert _headers(tmp_path, "--columns", "system,throughput") == ["System", "Backend", "Tokens/s"]
+    assert _headers(tmp_path, "--columns", "system,throughput") == ["System", "Engine", "Tokens/s"]
 
 
 def test_one_engine_needs_no_engine_column(tmp_path):
     write(tmp_path, llm("H100", "800M", 4, 1, 1, 256, 400_000.0))
     write(tmp_path, llm("A100", "800M", 4, 1, 1, 256, 200_000.0))
-    assert "Backend" not in _headers(tmp_path) and "Backend" not in _headers(tmp_path, "--columns", "system")
+    assert "Engine" not in _headers(tmp_path) and "Engine" not in _headers(tmp_path, "--columns", "system")
 
 
 def test_image_classification_names_torch_and_poptorch_rows(tmp_path):
     write(tmp_path, image("H100", 64, "bf16", 2500.0))
     ipu = image("GC200", 64, "bf16", 1500.0)
     ipu["params"]["backend"] = "poptorch"
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
-    ipu["id"] = config_id("image_classification", ipu["params"], "GC200", 1, 1)
+    ipu["id"] = config_id_of("image_classification", ipu["params"], "GC200", 1, 1)
     write(tmp_path, ipu)
     rows = _rows(tmp_path, "--columns", "system,throughput")
-    assert sorted((r["system"], r["backend"]) for r in rows) == [("GC200", "poptorch"), ("H100", "torch")]
+    assert sorted((r["system"], r["engine"]) for r in rows) == [("GC200", "poptorch"), ("H100", "torch")]
 
 
 def test_a_comparison_of_mixed_engines_names_them(tmp_path):
     _llm_pair(tmp_path)
     write(tmp_path, llm("A100", "800M", 4, 1, 1, 256, 200_000.0, started="2026-12-01T12:00:00.000+00:00"))
     text = cli("compare", "--results", tmp_path, "--by", "system", "--format", "csv", check=0).stdout
-    assert "Backend" in text.splitlines()[1] and "megatron-core" in text and "native" in text
+    assert "Engine" in text.splitlines()[1] and "megatron-core" in text and "native" in text
 
 
 # CARAML's headers carry CARAML's figures ---------------------------------------------------------------------------

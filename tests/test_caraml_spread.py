@@ -10,7 +10,7 @@ import statistics
 from types import SimpleNamespace
 
 import pytest
-from test_mutations_fno_ic import fno_figures, ic_results
+from test_caraml_epoch_figures import fno_figures, ic_results
 
 from caraml.kit.epochs import EpochTimes
 from caraml.measure.timing import figure_spread

@@ -156,3 +156,17 @@ def test_a_suite_file_name_with_an_escape_is_shown_neutralised(tmp_path):
     proc = cli("sweep", suite, "--system", "CPU", "--dry-run", "--results", tmp_path / "r", check=0)
     assert "\x1b" not in proc.stderr + proc.stdout and "\x07" not in proc.stderr + proc.stdout
     assert "s\\x1b]0;PWN\\x07" in proc.stderr
+
+
+@pytest.mark.parametrize("char", [",", ":"])
+def test_a_source_tree_with_a_bind_separator_is_one_line(site, char):
+    """The job binds caraml's source tree into the image too: a ',' or ':' in its path is refused like the others."""
+    from caraml.campaign import jobscript
+    from caraml.campaign import suite as suite_mod
+    from caraml.campaign.expand import expand
+
+    point = expand(suite_mod.load("image_classification"), {"smoke"}, "CPU")[0]
+    source = site / f"src{char}tree"
+    opts = jobscript.JobOptions(results=str(site / "results"), python="/usr/bin/python3", source=str(source))
+    with pytest.raises(BadInput, match=f"^the source tree {source} holds '{char}'"):
+        jobscript.render(point, _profile(site), opts, str(site / "job.out"))

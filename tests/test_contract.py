@@ -168,27 +168,30 @@ def test_every_declared_metric_column_reads_a_key_its_workload_emits():
 
 
 def test_config_id_ignores_measurement_settings_only():
-    from caraml.results.record import config_id
+    from handmade import config_id_of
+
     from caraml.settings import MEASUREMENT_KEYS
 
     assert {"warmup_steps", "measure_steps", "measure_seconds", "seed", "power"} <= MEASUREMENT_KEYS
     assert "device" not in MEASUREMENT_KEYS
     base = {"batch_size": 64, "measure_steps": 50, "seed": 0, "power": "auto", "device": "auto"}
     same = {**base, "measure_steps": 7, "seed": 3, "power": "off"}
-    assert config_id("w", base, "H100", 4, 1) == config_id("w", same, "H100", 4, 1)
-    assert config_id("w", base, "H100", 4, 1) != config_id("w", {**base, "batch_size": 32}, "H100", 4, 1)
-    assert config_id("w", base, "H100", 4, 1) != config_id("w", {**base, "device": "cpu"}, "H100", 4, 1)
-    assert config_id("w", base, "H100", 4, 1) != config_id("w", base, "H100", 8, 2)
+    assert config_id_of("w", base, "H100", 4, 1) == config_id_of("w", same, "H100", 4, 1)
+    assert config_id_of("w", base, "H100", 4, 1) != config_id_of("w", {**base, "batch_size": 32}, "H100", 4, 1)
+    assert config_id_of("w", base, "H100", 4, 1) != config_id_of("w", {**base, "device": "cpu"}, "H100", 4, 1)
+    assert config_id_of("w", base, "H100", 4, 1) != config_id_of("w", base, "H100", 8, 2)
 
 
 def test_run_record_is_the_one_record_shape():
-    from caraml.results.record import RunRecord, validate
+    from handmade import record_for
 
-    r = RunRecord.for_config("w", {"a": 1}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1}, status="ok",
-                             metrics={"throughput": {"value": 1.0, "unit": "x/s"}}).to_dict()
+    from caraml.results.record import validate
+
+    r = record_for("w", {"a": 1}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1}, status="ok",
+                   metrics={"throughput": {"value": 1.0, "unit": "x/s"}}).to_dict()
     assert validate(r) == [] and r["run_id"].endswith(r["id"]) and "traceback" not in r
     with pytest.raises(ValueError, match="status 'fine'"):
-        RunRecord.for_config("w", {}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1}, status="fine")
+        record_for("w", {}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1}, status="fine")
 
 
 # --- results arithmetic ---------------------------------------------------------------------------

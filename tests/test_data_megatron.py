@@ -288,7 +288,7 @@ def test_prepare_bad_input_is_one_line_exit_2(tmp_path, bpe_files, case, says):
     assert not list(tmp_path.glob("out.*"))  # nothing half-written is left behind
 
 
-# no data loss (issue 20): an existing dataset is replaced only whole, only when asked, never by its own input --------
+# no data loss: an existing dataset is replaced only whole, only when asked, never by its own input --------
 def _prepare(tmp_path, bpe_files, source, prefix, *extra):
     vocab, merges = bpe_files
     return cli("data", "prepare", source, "--output-prefix", prefix, "--vocab", vocab, "--merges", merges, *extra)

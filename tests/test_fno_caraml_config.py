@@ -34,7 +34,7 @@ def _local_batch(point) -> int:
 
 @pytest.mark.parametrize("ddp", [False, True])
 def test_sweep_2025_02_is_caramls_table(ddp):
-    from caraml.workloads.fno import CARAML_CONFIG_FILES
+    from caraml.workloads.fno.problems import CARAML_CONFIG_FILES
 
     points = _points("all", "H100", *(["ddp"] if ddp else []))
     devices = 4 if ddp else 1

@@ -1,4 +1,4 @@
-"""FNO's HDF5 data files and `caraml data fno-synthetic` against hostile input (issue 20): every bad file or
+"""FNO's HDF5 data files and `caraml data fno-synthetic` against hostile input: every bad file or
 argument is one line of bad input (exit 2) before training, naming the file, the dataset and what was expected."""
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import bench_script
 
 pytest.importorskip("torchkbnufft")
 
@@ -95,8 +94,10 @@ def test_pic2d_operator_equals_caramls_torchkbnufft_calls():
 
 
 def _tf32_study():
-    """bench/pic_tf32_cpu.py: the TF32 emulation and the operator/model results of a backend."""
-    return bench_script("pic_tf32_cpu")
+    """caraml.compare.tf32_emulation (bench/pic_tf32_cpu.py's): the TF32 emulation and a backend's results."""
+    from caraml.compare import tf32_emulation
+
+    return tf32_emulation
 
 
 def _worst(results: dict, reference: dict, rel) -> tuple[float, str]:

@@ -3,7 +3,8 @@ bool(tensor), nonzero, synchronize): on a GPU each such read waits for the step'
 while the host prepares the next step. Counted here on the CPU by wrapping those torch entry points and noting
 calls made from caraml's own code (PyTorch's Adam reads its CPU step counter on every device, in the plain loop
 too). And the bench script's caraml points run on the plain loop's data (made on the device), so that caraml/plain
-compares the same work; and its in-process check of PIC2D's matrix backend against torchkbnufft.
+compares the same work; and its in-process check of PIC2D's matrix backend against torchkbnufft
+(caraml.compare's fno_points, fno_plain, fno_checks).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, bench_script
+from conftest import ROOT
+
+from caraml.compare import fno_checks, fno_plain, fno_points
+from caraml.compare.fno_points import SMOKE_RUN
 
 CARAML_SRC = str(ROOT / "src" / "caraml")
 HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__", "__int__", "__index__")
@@ -76,52 +80,39 @@ def test_step_reads_nothing_back_from_the_device(params):
     assert seen == []
 
 
-def _fno_bench_module():
-    return bench_script("fno_bench", fresh=True)
-
-
-@pytest.fixture
-def smoke_bench():
-    """bench/fno_bench.py as --smoke runs it: tiny shapes on the CPU (a fresh module, so nothing leaks)."""
-    fb = _fno_bench_module()
-    fb.RUN.update(device="cpu", smoke=True)
-    return fb
-
-
 def test_bench_script_compares_caraml_and_plain_on_the_same_data():
-    fb = _fno_bench_module()
-    caraml_points = {name: spec for name, spec in fb.POINTS.items()
-                     if "caraml" in spec and name not in fb.DATA_POINTS}
+    caraml_points = {name: spec for name, spec in fno_points.POINTS.items()
+                     if "caraml" in spec and name not in fno_points.DATA_POINTS}
     assert caraml_points
     for name, spec in caraml_points.items():
         assert "data=synthetic" in spec["caraml"], name
 
 
-def test_bench_script_nufft_check_compares_the_backends(smoke_bench):
+def test_bench_script_nufft_check_compares_the_backends():
     pytest.importorskip("torchkbnufft", reason="PIC2D's CARAML operator needs torchkbnufft (Python >= 3.10)")
-    fb = smoke_bench
-    spec = fb.POINTS["PIC2D_nufft_check"]
-    assert spec["compiled"] and "PIC2D_nufft_check" in fb.GROUPS["issue23-pic"]
-    row = fb.nufft_check({**spec, "compiled": False})  # the compiled model: the script's --smoke compiles it
+    spec = fno_points.POINTS["PIC2D_nufft_check"]
+    assert spec["compiled"] and "PIC2D_nufft_check" in fno_points.GROUPS["pic-throughput"]
+    # the compiled model: the script's --smoke compiles it
+    row = fno_checks.nufft_check({**spec, "compiled": False}, SMOKE_RUN)
     assert row["equal_within_1e-4"] and row["matmul_precision"] == "high" and not row["tf32"], row
     assert set(row["checks"]) == {"operator", "model_eager"}
     assert set(row["checks"]["operator"]["rel_diff"]) == {"spectrum", "inverse", "input_grad"}
     assert set(row["checks"]["model_eager"]["rel_diff"]) == {"output", "input_grad", "weight_grads_max"}
     assert 0 < row["max_rel_diff"] < 1e-4 and row["within_tf32_floor"]
     assert row["tf32_floor"]["max_rel_diff"] > 0  # the input moved by 2^-24 moves the model's results
-    summary = fb.summary({"PIC2D_nufft_check": {**row, "name": "PIC2D_nufft_check"}})
+    summary = fno_points.summary({"PIC2D_nufft_check": {**row, "name": "PIC2D_nufft_check"}})
     goals = summary["goals"]
     assert goals["pic2d_matrix_equal_within_1e-4"] is goals["pic2d_matrix_within_tf32_floor"] is True
     reference = {"output": torch.randn(50), "grad w": torch.randn(50)}
-    off = fb._compare({"output": reference["output"], "grad w": reference["grad w"] * (1 + 2e-4)}, reference)
+    off = fno_checks.compare({"output": reference["output"], "grad w": reference["grad w"] * (1 + 2e-4)}, reference)
     assert not off["pass"] and off["rel_diff"]["weight_grads_max"] == pytest.approx(2e-4, rel=1e-3)
 
 
-def test_bench_script_layout_check_compares_pic1d_layouts(smoke_bench):
-    fb = smoke_bench
-    spec = fb.POINTS["PIC1D_layout_check"]
-    assert spec["compiled"] and "PIC1D_layout_check" in fb.GROUPS["issue23-pic1d"]
-    row = fb.layout_check({**spec, "compiled": False})  # the compiled model: the script's --smoke compiles it
+def test_bench_script_layout_check_compares_pic1d_layouts():
+    spec = fno_points.POINTS["PIC1D_layout_check"]
+    assert spec["compiled"] and "PIC1D_layout_check" in fno_points.GROUPS["pic1d-layouts"]
+    # the compiled model: the script's --smoke compiles it
+    row = fno_checks.layout_check({**spec, "compiled": False}, SMOKE_RUN)
     assert set(row["layout_checks"]) == {"highest", "high"} and not row["tf32"], row
     assert all(row["equal_within_1e-4"].values()) and row["high_within_tf32_floor"]
     assert 0 < row["layout_checks"]["high"]["max_rel_diff"] < 1e-5  # the same operator, summed in another order
@@ -129,30 +120,29 @@ def test_bench_script_layout_check_compares_pic1d_layouts(smoke_bench):
     rates = {"PIC1D_caraml_compiled": 2500.0, "PIC1D_caraml_channels_first_compiled": 1200.0,
              "PIC1D_caraml_eager": 900.0, "PIC1D_caraml_channels_first_eager": 700.0}
     by = {name: {"status": "ok", "samples_per_s": v} for name, v in rates.items()}
-    summary = fb.summary({**by, "PIC1D_layout_check": row})
+    summary = fno_points.summary({**by, "PIC1D_layout_check": row})
     assert summary["pic1d_channels_last_over_first"] == pytest.approx({"eager": 900 / 700, "compiled": 2500 / 1200})
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True
     assert summary["goals"]["pic1d_layouts_equal_within_1e-4"] == {"highest": True, "high": True}
 
 
 @pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])
-def test_bench_script_plain_loop_runs_caramls_pic_operators(smoke_bench, name):
+def test_bench_script_plain_loop_runs_caramls_pic_operators(name):
     """The PIC groups' plain points: the operator caraml's twin point builds (PIC1D channels-last, PIC2D's matrix
     backend), particles in [0, 2 pi), one real training step; and caraml/plain pairs them by name."""
     if name.startswith("PIC2D"):
         pytest.importorskip("torchkbnufft", reason="PIC2D's CARAML operator needs torchkbnufft (Python >= 3.10)")
-    fb = smoke_bench
-    group = fb.GROUPS["issue23-pic1d" if name.startswith("PIC1D") else "issue23-pic"]
+    group = fno_points.GROUPS["pic1d-layouts" if name.startswith("PIC1D") else "pic-throughput"]
     twin = name.replace("_plain_", "_caraml_")
     assert name in group and twin in group and name.replace("_eager", "_compiled") in group
-    run, _sync, batch, model = fb._plain_setup(fb.POINTS[name])
+    run, _sync, batch, model = fno_plain.plain_setup(fno_points.POINTS[name], SMOKE_RUN)
     before = [p.detach().clone() for p in model.parameters()]
     run(0)
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))  # Adam took a step
-    assert batch == fb.SMOKE[name[:5]]["batch"]
+    assert batch == fno_points.SMOKE[name[:5]]["batch"]
     if name.startswith("PIC1D"):
         assert model.channels_last
     else:
         assert model.transform.backend == "matrix"
     by = {name: {"status": "ok", "samples_per_s": 100.0}, twin: {"status": "ok", "samples_per_s": 99.0}}
-    assert fb.summary(by)["caraml_over_plain"] == {twin: pytest.approx(0.99)}
+    assert fno_points.summary(by)["caraml_over_plain"] == {twin: pytest.approx(0.99)}

@@ -1,4 +1,4 @@
-"""A full disk in the middle of a write (issue 20, 6: "not tried by the review"): the write fails after part of the
+"""A full disk in the middle of a write : the write fails after part of the
 bytes reached the file. A run's record is then saved elsewhere and nothing half-written stays in the results
 folder; a sweep state keeps its previous content readable. In process: the write is made to fail by hand.
 """

@@ -1,4 +1,4 @@
-"""Issue 20, honest status: a GPT dataset whose ids the vocabulary cannot hold is refused before training."""
+"""Honest status: a GPT dataset whose ids the vocabulary cannot hold is refused before training."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_only_rank_0_exits_non_zero_for_a_status_all_ranks_agree_on(monkeypatch,
 
 @needs_shared_data("gpt2-vocab.json", "gpt2-merges.txt")
 def test_the_readme_own_data_path_under_the_smoke_preset_says_which_vocab_size_fits(tmp_path):
-    """Issue 22, 1: `caraml data prepare corpus.txt` (GPT-2 ids, with <|endoftext|> = 50256), then the smoke
+    """`caraml data prepare corpus.txt` (GPT-2 ids, with <|endoftext|> = 50256), then the smoke
     preset (vocab_size=500) on it: refused before training, naming vocab_size=50257; with it the run trains."""
     from conftest import SHARED_DATA
 

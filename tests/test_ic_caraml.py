@@ -65,7 +65,7 @@ def test_dry_run_matches_caraml_layout(system, tmp_path, capsys):
         devices = p["world_size"] * params["replicas"]  # GC200: one process drives the 4 IPUs
         assert (p["nodes"], devices // p["nodes"]) == (nodes, per_node)
         assert (params["workers"], p["time_limit"], p["launcher"]) == (workers, "01:20:00", "torchrun")
-        assert params["backend"] == ("poptorch" if ipu else "torch")
+        assert params["engine"] == ("poptorch" if ipu else "torch")
         gbs = params["batch_size"] * devices * params["grad_accumulation"]
         accumulation = caraml_accumulation(gbs) if ipu else 1  # the suite's expression agrees with the table
         assert params["grad_accumulation"] == accumulation
@@ -507,10 +507,10 @@ def test_ipu_parameters_go_together():
 
     base = _config(precision="fp16", compile="trace")
     assert check_combination(base) is None
-    assert "needs backend=poptorch" in check_combination(replace(base, precision="16.16"))
-    assert "replicas=4 applies to backend=poptorch" in check_combination(replace(base, replicas=4))
-    assert "grad_accumulation=2 applies to backend=poptorch" in check_combination(replace(base, grad_accumulation=2))
-    ipu = replace(base, backend="poptorch", precision="16.32", compile="none", replicas=4)
+    assert "needs engine=poptorch" in check_combination(replace(base, precision="16.16"))
+    assert "replicas=4 applies to engine=poptorch" in check_combination(replace(base, replicas=4))
+    assert "grad_accumulation=2 applies to engine=poptorch" in check_combination(replace(base, grad_accumulation=2))
+    ipu = replace(base, engine="poptorch", precision="16.32", compile="none", replicas=4)
     assert check_combination(ipu) is None and check_launch(ipu, 1) is None
     assert "launch 1 process, not 4" in check_launch(ipu, 4)
     assert "use compile=none" in check_combination(replace(ipu, compile="trace"))

@@ -1,5 +1,6 @@
-"""bench/ic_bench.py --group=issue23 (bench/ic_group.py, bench/ic_point.py): kernel categories, the time budget,
-the knobs, and one point end to end on the CPU. The GPU figures themselves come from the lead's H200 run."""
+"""bench/ic_bench.py --group=resnet50-attempts (bench/ic_group.py, bench/ic_point.py; caraml.compare's
+image_classification and kernel_profile): kernel categories, the time budget, the knobs, and one point end to end
+on the CPU. The GPU figures themselves come from the lead's H200 run."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import json
 import sys
 
 import pytest
-from conftest import ROOT, bench_script, run
+from conftest import ROOT, run
 
-ic_group = bench_script("ic_group")
-ic_point = bench_script("ic_point")
+from caraml.compare import image_classification as ic
+from caraml.compare import kernel_profile
+from caraml.compare.points import Point, plan
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -36,40 +38,41 @@ ic_point = bench_script("ic_point")
     ("aten::_log_softmax_backward_data", "other"),
 ])
 def test_kernel_names_fall_in_their_category(name, expected):
-    assert ic_point.category(name) == expected
+    assert kernel_profile.category(name) == expected
 
 
 def test_breakdown_sums_categories_and_leaves_the_idle_rest():
     kernels = {"sm90_xmma_fprop_a": {"ms_per_step": 10.0, "calls_per_step": 3, "category": "conv forward"},
                "sm90_xmma_fprop_b": {"ms_per_step": 5.0, "calls_per_step": 2, "category": "conv forward"},
                "triton_poi_x": {"ms_per_step": 4.0, "calls_per_step": 9, "category": "triton pointwise"}}
-    out = ic_point.breakdown(kernels, step_ms=20.0)
+    out = kernel_profile.breakdown(kernels, step_ms=20.0)
     assert out["kernel_busy_ms"] == 19.0 and out["idle_ms"] == pytest.approx(1.0)
     conv = out["categories"]["conv forward"]
     assert list(out["categories"])[0] == "conv forward" and conv["ms"] == 15.0 and conv["share_of_step"] == 0.75
     assert [k["name"] for k in conv["top_kernels"]] == ["sm90_xmma_fprop_a", "sm90_xmma_fprop_b"]
-    assert ic_point.breakdown(kernels, step_ms=20.0, cpu=True)["idle_ms"] is None
+    assert kernel_profile.breakdown(kernels, step_ms=20.0, cpu=True)["idle_ms"] is None
 
 
 def test_a_point_that_would_overrun_the_budget_is_skipped_not_started():
-    point = ic_group.Point(expect_s=70)
-    assert ic_group.plan(point, budget=230, elapsed=100) == (True, 130)
-    go, why = ic_group.plan(point, budget=230, elapsed=180)
+    point = Point("late", expect_s=70)
+    assert plan(point, budget=230, elapsed=100) == (True, 130)
+    go, why = plan(point, budget=230, elapsed=180)
     assert not go and why.startswith("skipped: needs ≈ 70 s, 50 s of the 230 s budget left")
 
 
 def test_the_default_budget_runs_the_four_valued_points_and_skips_the_rest_by_their_estimates():
     """With every point taking its estimate, the plain command runs baseline, stem_pad, cudnn_all_algos and
     conv1x1_as_mm (≈ 300 s) and records the rest as skipped; batch512 (measured) runs only when named."""
-    group = ic_group.GROUPS["issue23"]
+    group = ic.ATTEMPTS
     elapsed, ran, skipped = 0.0, [], []
-    for name in [n for n, p in group.items() if p.by_default]:
-        go, _ = ic_group.plan(group[name], ic_group.DEFAULT_BUDGET_S, elapsed)
-        (ran if go else skipped).append(name)
-        elapsed += group[name].expect_s if go else 0
+    for point in [p for p in group.points if p.by_default]:
+        go, _ = plan(point, group.budget_s, elapsed)
+        (ran if go else skipped).append(point.name)
+        elapsed += point.expect_s if go else 0
     assert ran == ["baseline", "stem_pad", "cudnn_all_algos", "conv1x1_as_mm"]
-    assert skipped == ["stem_pad4", "autotune_convs"] and "batch512" in group
-    assert 280 <= elapsed <= 310 and ic_group.DEFAULT_BUDGET_S - elapsed >= 20
+    assert skipped == ["stem_pad4", "autotune_convs"] and "batch512" in group.names()
+    assert {"step_scope", "coord_descent", "baseline_again"} <= set(group.names()) - set(ran + skipped)
+    assert 280 <= elapsed <= 310 and group.budget_s - elapsed >= 20
 
 
 def test_knobs_are_set_read_back_and_missing_ones_named():
@@ -78,7 +81,7 @@ def test_knobs_are_set_read_back_and_missing_ones_named():
 
     before = inductor_config.conv_1x1_as_mm, torch.backends.cudnn.benchmark_limit
     try:
-        applied = ic_point.apply_knobs({"inductor": {"conv_1x1_as_mm": True, "triton.cudagraphs": False,
+        applied = kernel_profile.apply_knobs({"inductor": {"conv_1x1_as_mm": True, "triton.cudagraphs": False,
                                                      "no_such_option": 1}, "cudnn_benchmark_limit": 0})
         assert inductor_config.conv_1x1_as_mm is True and torch.backends.cudnn.benchmark_limit == 0
         assert applied["inductor"] == {"conv_1x1_as_mm": True, "triton.cudagraphs": False}
@@ -95,15 +98,15 @@ def test_table_states_each_point_against_the_baseline_and_skips_in_words():
     rows = [{"name": "baseline", "status": "ok", "images_per_s": 6400.0, "profile": profile},
             {"name": "batch512", "status": "ok", "images_per_s": 6720.0, "profile": profile},
             {"name": "autotune_convs", "status": "skipped: needs ≈ 180 s, 20 s of the 230 s budget left"}]
-    lines = ic_group.table(rows)
+    lines = ic.table(rows)
     assert rows[1]["ratio_to_baseline"] == pytest.approx(1.05)
     assert lines[2].split()[:4] == ["batch512", "ok", "6720", "1.050"]
     assert " 50.0 " in lines[1] and " 5.0 " in lines[1]  # conv share, idle share
     assert "skipped: needs ≈ 180 s" in lines[-1]
     rows[0].update(batch_size=256, step_ms=40.0)
-    assert ic_group.to_mlperf(rows) == ["MLPerf's ≈ 7,950 images/s per H200 is 32.20 ms per step of 256: baseline "
+    assert ic.to_mlperf(rows) == ["MLPerf's ≈ 7,950 images/s per H200 is 32.20 ms per step of 256: baseline "
                                         "takes 40.00 ms (+7.80)"]
-    assert ic_group.to_mlperf(rows[2:]) == []
+    assert ic.to_mlperf(rows[2:]) == []
 
 
 def _ic_bench(*args, timeout=300):
@@ -112,8 +115,10 @@ def _ic_bench(*args, timeout=300):
 
 @pytest.mark.subprocess
 def test_unknown_group_or_point_is_one_line_and_exit_2(tmp_path):
-    for args, says in ((["--group=nope"], "unknown group nope; choose from: issue23"),
-                       (["--group=issue23", "--only=baseline,warp"], "unknown point(s) warp in group issue23")):
+    for args, says in ((["--group=nope"], "unknown group nope; choose from: resnet50-attempts, issue23"),
+                       (["--group=issue23", "--only=baseline,warp"],
+                        "unknown point(s) warp in group resnet50-attempts"),
+                       (["--only=plain_eager,warp"], "unknown point(s) warp in group resnet50-vs-plain")):
         proc = _ic_bench(tmp_path, *args)
         assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 

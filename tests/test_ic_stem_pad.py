@@ -102,13 +102,13 @@ def test_a_bench_with_a_padded_stem_trains_the_same_weights_and_says_so():
 
 
 def test_off_by_default_and_out_of_the_configuration_id():
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
     params = {"model": "resnet18", "batch_size": 16, "device": "auto"}
     assert resolve(RunSpec("image_classification", {})).config.stem_pad_channels == 0
-    assert config_id("image_classification", {**params, "stem_pad_channels": 0}, "CPU", 1, 1) == config_id(
+    assert config_id_of("image_classification", {**params, "stem_pad_channels": 0}, "CPU", 1, 1) == config_id_of(
         "image_classification", params, "CPU", 1, 1)
-    assert config_id("image_classification", {**params, "stem_pad_channels": 8}, "CPU", 1, 1) != config_id(
+    assert config_id_of("image_classification", {**params, "stem_pad_channels": 8}, "CPU", 1, 1) != config_id_of(
         "image_classification", params, "CPU", 1, 1)
 
 
@@ -116,7 +116,7 @@ def test_off_by_default_and_out_of_the_configuration_id():
     ({"stem_pad_channels": "2"}, r"stem_pad_channels=2 must be 0 \(off\) or more than the images' 3 channels"),
     ({"stem_pad_channels": "-1"}, "too small"),
     ({"stem_pad_channels": "8", "backend": "poptorch", "precision": "16.16"},
-     "use stem_pad_channels=0 with backend=poptorch"),
+     "use stem_pad_channels=0 with engine=poptorch"),
 ])
 def test_refused_in_one_line(given, says):
     from caraml.workloads.image_classification import check_combination

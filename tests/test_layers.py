@@ -37,11 +37,11 @@ def test_one_list_of_measurement_keys_from_the_declarations():
 
 def test_a_record_id_is_the_same_as_before_the_settings_moved():
     """Ids of stored records must not change: a smoke configuration's id, as computed before the refactor."""
-    from caraml.results.record import config_id
+    from handmade import config_id_of
 
     params = {"model": "resnet18", "batch_size": 16, "device": "auto", "seed": 0, "warmup_steps": 2,
               "measure_steps": 8, "power": "auto", "power_interval_ms": 100.0}
-    assert config_id("image_classification", params, "CPU", 1, 1) == "2481c7a839ccb776"  # by commit 3b16e44
+    assert config_id_of("image_classification", params, "CPU", 1, 1) == "2481c7a839ccb776"  # by commit 3b16e44
 
 
 def test_a_renamed_parameter_given_both_ways_is_named_right():
@@ -71,19 +71,20 @@ def test_an_old_record_groups_under_todays_parameter_names():
 def test_a_record_from_before_a_rename_is_the_same_configuration_as_todays_run():
     """An FNO record written with amp=off (its id hashed that way) and today's precision=fp32 run are one point;
     the stored file is not changed."""
+    from handmade import record_for
+
     from caraml.results.aggregate import current_id, group
-    from caraml.results.record import RunRecord
 
     def record(params):
-        return RunRecord.for_config("fno", {"problem": "RBC2D", "device": "auto", **params}, {"tag": "CPU"},
-                                    {"world_size": 1, "nodes": 1}, status="ok").to_dict()
+        return record_for("fno", {"problem": "RBC2D", "device": "auto", **params}, {"tag": "CPU"},
+                          {"world_size": 1, "nodes": 1}, status="ok").to_dict()
 
     old, new = record({"amp": "off"}), record({"precision": "fp32"})
     assert old["id"] != new["id"] and old["params"]["amp"] == "off"
     assert current_id(old) == current_id(new) == new["id"]
     assert [len(p.records) for p in group([old, new])] == [2]
-    llm_old = RunRecord.for_config("llm_training", {"compile": False}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1},
-                                   status="ok").to_dict()
-    llm_new = RunRecord.for_config("llm_training", {"compile": "none"}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1},
-                                   status="ok").to_dict()
+    llm_old = record_for("llm_training", {"compile": False}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1},
+                         status="ok").to_dict()
+    llm_new = record_for("llm_training", {"compile": "none"}, {"tag": "CPU"}, {"world_size": 1, "nodes": 1},
+                         status="ok").to_dict()
     assert current_id(llm_old) == llm_new["id"]

@@ -1,4 +1,4 @@
-"""The live log (issue 22, item 2): each phase announced with its elapsed time, one line per logging interval with
+"""The live log: each phase announced with its elapsed time, one line per logging interval with
 step n/N, step time, units/s, TFLOP/s and memory; `-q` quiet; `--log-format json` MLPerf-style events on stderr
 and in runs/<run_id>.events.jsonl."""
 

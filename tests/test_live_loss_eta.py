@@ -10,7 +10,7 @@ import torch
 from conftest import cli
 
 from caraml.campaign.expand import SweepPoint
-from caraml.campaign.local import Tally, window_cap
+from caraml.campaign.progress import Tally, window_cap
 from caraml.kit.readback import Readback
 
 EVERY_STEP = "log_interval=0.000001"  # a line after every step

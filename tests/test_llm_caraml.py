@@ -14,7 +14,7 @@ from conftest import ROOT, caraml, cli_env, run
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
 from caraml.runner import RunSpec, build_bench, resolve
-from caraml.workloads.llm_training import WORKLOAD, layout_problem
+from caraml.workloads.llm_training import WORKLOAD, check_launch
 from caraml.workloads.llm_training.caraml_log import figures, interval_times
 from caraml.workloads.llm_training.optimizer import owners
 
@@ -27,26 +27,27 @@ def config(preset: str = "smoke", **overrides):
 def test_ids_of_configurations_that_existed_before_are_unchanged():
     """The new parameters at their defaults, and the former boolean distributed_optimizer, keep ids (as computed
     before these parameters existed)."""
+    from handmade import config_id_of
+
     from caraml.params import resolve as resolve_params
     from caraml.results.aggregate import current_id
-    from caraml.results.record import config_id
     from caraml.settings import RUN_PARAMS
 
     declared = WORKLOAD.params + RUN_PARAMS
     smoke = resolve_params(declared, {}, "llm_training", WORKLOAD.presets["smoke"])
     assert smoke["distributed_optimizer"] == "fsdp" and smoke["mixed_precision"] == "autocast"
-    assert config_id("llm_training", smoke, "CPU", 1, 1) == "4cc437d2c3670039"
+    assert config_id_of("llm_training", smoke, "CPU", 1, 1) == "4cc437d2c3670039"
     plain = resolve_params(declared, {}, "llm_training")
-    assert config_id("llm_training", plain, "CPU", 1, 1) == "a50e6c4d410bb069"
+    assert config_id_of("llm_training", plain, "CPU", 1, 1) == "a50e6c4d410bb069"
     # a stored record with the former boolean reads as today's value, under its stored id
     stored = {**smoke, "distributed_optimizer": False}
     off = resolve_params(declared, {"distributed_optimizer": "off"}, "llm_training", WORKLOAD.presets["smoke"])
-    record = {"id": config_id("llm_training", stored, "CPU", 1, 1), "workload": "llm_training", "params": stored,
+    record = {"id": config_id_of("llm_training", stored, "CPU", 1, 1), "workload": "llm_training", "params": stored,
               "system": {"tag": "CPU"}, "launch": {"world_size": 1, "nodes": 1}}
-    assert current_id(record) == record["id"] == config_id("llm_training", off, "CPU", 1, 1)
+    assert current_id(record) == record["id"] == config_id_of("llm_training", off, "CPU", 1, 1)
     assert config(distributed_optimizer="true").parallel.distributed_optimizer == "fsdp"
     # a changed setting is a different configuration
-    assert config_id("llm_training", {**smoke, "hidden_dropout": 0.1}, "CPU", 1, 1) != "4cc437d2c3670039"
+    assert config_id_of("llm_training", {**smoke, "hidden_dropout": 0.1}, "CPU", 1, 1) != "4cc437d2c3670039"
 
 
 # CARAML's configurations -------------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def test_caraml_presets_by_version():
         16, "2025", 60.0)
     assert (published.model.num_attention_heads, published.caraml.caraml_config,
             published.caraml.exit_after_minutes) == (8, "2024", 30.0)
-    assert layout_problem(published, 1) is None and layout_problem(newest, 4) is None
+    assert check_launch(published, 1) is None and check_launch(newest, 4) is None
     # presets of our own keep their behaviour: no dropout, autocast, FSDP2
     smoke = config("smoke")
     assert (smoke.compute.hidden_dropout, smoke.compute.mixed_precision, smoke.parallel.distributed_optimizer) == (
@@ -76,7 +77,7 @@ def test_caraml_presets_by_version():
     ("smoke", {"mixed_precision": "megatron", "precision": "bf16"}, "FSDP2's sharded parameters cannot hold"),
 ])
 def test_bad_caraml_settings_are_one_line(preset, overrides, says):
-    problem = layout_problem(config(preset, **overrides), 4)
+    problem = check_launch(config(preset, **overrides), 4)
     assert problem and says in problem and "\n" not in problem
 
 
@@ -142,7 +143,7 @@ LAYOUTS = {
 
 @pytest.mark.multiprocess
 def test_zero1_shards_optimizer_state_and_trains_as_unsharded(tmp_path):
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     out = tmp_path / "zero1.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
@@ -281,10 +282,10 @@ def test_ipu_layout_batch_and_schedule_are_caramls():
     from caraml.workloads.llm_training import ipu
 
     assert ipu.layer_ipus("0 4 4 4") == [1] * 4 + [2] * 4 + [3] * 4
-    assert ipu.layout_problem(12, 4, "0 4 4 4") is None
-    assert "places 16 layers" in ipu.layout_problem(12, 4, "4 4 4 4")
-    assert "names 3 IPUs" in ipu.layout_problem(12, 4, "0 6 6")
-    assert "not a list of layer counts" in ipu.layout_problem(12, 4, "0 four")
+    assert ipu.placement_problem(12, 4, "0 4 4 4") is None
+    assert "places 16 layers" in ipu.placement_problem(12, 4, "4 4 4 4")
+    assert "names 3 IPUs" in ipu.placement_problem(12, 4, "0 6 6")
+    assert "not a list of layer counts" in ipu.placement_problem(12, 4, "0 four")
     assert ipu.samples_per_step(1, 128, 1, 4) == 512
     lr = [ipu.learning_rate(u, 1000, 1.5e-4, 0.01) for u in (0, 5, 10, 505, 1000)]
     assert lr[0] == 0 and lr[1] == pytest.approx(0.75e-4) and lr[2] == pytest.approx(1.5e-4)
@@ -294,13 +295,13 @@ def test_ipu_layout_batch_and_schedule_are_caramls():
 def test_gc200_suite_point_is_caramls_ipu_run():
     [point] = expand(suite_mod.load("llm_training"), {"117M", "GC200"}, "GC200")
     p = point.params
-    assert (p["backend"], p["replicas"], p["ipus_per_replica"], p["layers_per_ipu"], p["device_iterations"]) == (
+    assert (p["engine"], p["replicas"], p["ipus_per_replica"], p["layers_per_ipu"], p["device_iterations"]) == (
         "poptorch", 1, 4, "0 4 4 4", 4)
     assert (p["micro_batch_size"], p["grad_accumulation"], p["lr"], p["lr_warmup_fraction"]) == (1, 128, 1.5e-4, 0.01)
     assert (p["num_layers"], p["hidden_size"], p["num_attention_heads"], p["seq_length"]) == (12, 768, 12, 1024)
     assert point.devices_per_node == 1 and p["convention"] == "steady" and p["caraml_config"] == "2024"
-    assert "give convention=steady" in layout_problem(config("117M", backend="poptorch", convention="caraml-log"), 1)
-    assert "launch one process" in layout_problem(config("117M", backend="poptorch"), 4)
+    assert "give convention=steady" in check_launch(config("117M", backend="poptorch", convention="caraml-log"), 1)
+    assert "launch one process" in check_launch(config("117M", backend="poptorch"), 4)
 
 
 @pytest.mark.subprocess

@@ -99,7 +99,7 @@ def test_add_layer_norm_equals_add_then_norm():
 
 
 def test_training_with_every_lever_gives_the_plain_losses():
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     plain = train_losses({}, 4)
     fast = train_losses({"fused_loss": "chunked", "gelu_epilogue": True, "fused_norm_residual": True}, 4)
@@ -134,23 +134,24 @@ def test_the_record_names_what_ran_and_the_fallback():
 ])
 def test_layouts_the_levers_refuse(params, devices, needle):
     from caraml.runner import RunSpec, resolve
-    from caraml.workloads.llm_training import layout_problem
+    from caraml.workloads.llm_training import check_launch
 
     cfg = resolve(RunSpec("llm_training", params, "smoke")).config
-    assert needle in layout_problem(cfg, devices)
+    assert needle in check_launch(cfg, devices)
     ddp = {"fused_loss": "chunked", "distributed_optimizer": "false"}
-    assert layout_problem(resolve(RunSpec("llm_training", ddp, "smoke")).config, 2) is None
+    assert check_launch(resolve(RunSpec("llm_training", ddp, "smoke")).config, 2) is None
 
 
 def test_ids_of_points_without_the_new_parameters_are_unchanged():
     """The new parameters at their defaults stay out of the id: the ids computed before they existed."""
-    from caraml.results.record import config_id
+    from handmade import config_id_of
+
     from caraml.runner import RunSpec, resolve
 
     def cid(preset, **params):
-        return config_id("llm_training", resolve(RunSpec("llm_training", params, preset)).values, "CPU", 1, 1)
+        return config_id_of("llm_training", resolve(RunSpec("llm_training", params, preset)).values, "CPU", 1, 1)
 
-    before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # 800M before issue 18
+    before = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,  # the former 800M
               "distributed_optimizer": "fsdp", "caraml_config": "none"}
     assert cid("smoke") == "4cc437d2c3670039" and cid("800M", **before) == "5af6287258196d12"  # by commit 207c79c
     assert cid("smoke", fused_loss="chunked") != cid("smoke") != cid("smoke", precision="fp8")

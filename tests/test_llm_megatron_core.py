@@ -1,4 +1,4 @@
-"""backend=megatron-core: its parameters keep the ids of stored runs, bad combinations are one line (exit 2), and
+"""engine=megatron-core: its parameters keep the ids of stored runs, bad combinations are one line (exit 2), and
 the map from our GPT's weights to megatron-core's GPTModel is exact.
 
 megatron-core runs on CUDA only (torch.cuda is called in its rotary cache, causal mask, RNG tracker, gradient
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import cli
+from handmade import config_id_of
 
-from caraml.results.record import config_id
 from caraml.runner import RunSpec, resolve
 
-# The 800M preset as it was before it took CARAML's dropout, Megatron's mixed precision and ZeRO-1 (issue 18)
+# The 800M preset as it was before it took CARAML's dropout, Megatron's mixed precision and ZeRO-1
 BEFORE_CARAML_SETTINGS = {"mixed_precision": "autocast", "attention_dropout": 0.0, "hidden_dropout": 0.0,
                           "distributed_optimizer": "fsdp", "caraml_config": "none"}
 
@@ -26,21 +26,21 @@ def test_the_new_parameters_at_their_defaults_keep_the_ids_of_stored_runs():
     for preset, before in (("800M", "e34ec07c464a8cd5"), ("smoke", "d43c4527748cd650")):  # by commit 207c79c
         given = BEFORE_CARAML_SETTINGS if preset == "800M" else {}
         values = resolve(RunSpec("llm_training", given, preset=preset)).values
-        assert values["backend"] == "native" and values["megatron_spec"] == "auto"
-        assert config_id("llm_training", values, "H200", 1, 1) == before
+        assert values["engine"] == "native" and values["megatron_spec"] == "auto"
+        assert config_id_of("llm_training", values, "H200", 1, 1) == before
     megatron = resolve(RunSpec("llm_training", {"backend": "megatron-core"}, preset="800M")).values
-    assert config_id("llm_training", megatron, "H200", 1, 1) != "e34ec07c464a8cd5"
+    assert config_id_of("llm_training", megatron, "H200", 1, 1) != "e34ec07c464a8cd5"
 
 
 @pytest.mark.parametrize("given, says", [
-    (["backend=megatron-core", "compile=inductor"], "backend=megatron-core runs Megatron's modules uncompiled"),
+    (["backend=megatron-core", "compile=inductor"], "engine=megatron-core runs Megatron's modules uncompiled"),
     (["backend=megatron-core", "attention=flash"], "not attention=flash; give attention=auto"),
     (["backend=megatron-core", "tp=2", "loss_parallel=off"], "give loss_parallel=on"),
     (["backend=megatron-core", "lr=1e-4", "min_lr=1e-3"], "needs min_lr <= lr"),
     (["backend=megatron-core", "lr_warmup_samples=20000"], "needs lr_warmup_samples < lr_decay_samples"),
-    (["megatron_spec=te"], "megatron_spec=te applies to backend=megatron-core only"),
+    (["megatron_spec=te"], "megatron_spec=te applies to engine=megatron-core only"),
 ])
-def test_options_the_backend_does_not_take_are_one_line(given, says):
+def test_options_the_engine_does_not_take_are_one_line(given, says):
     proc = cli("run", "llm_training", "--preset", "smoke", *given)
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
@@ -50,32 +50,32 @@ def test_options_the_backend_does_not_take_are_one_line(given, says):
 def _check(params: dict, device: str = "cuda"):
     import torch
 
-    from caraml.workloads.llm_training import backend
+    from caraml.workloads.llm_training import engines
 
     run = resolve(RunSpec("llm_training", params, preset="smoke"))
-    backend.check_installed(run.config, torch.device(device))
+    engines.chosen(run.config).check_installed(run.config, torch.device(device))
 
 
 def test_a_missing_megatron_core_says_how_to_install_it(monkeypatch):
     from caraml.errors import BadInput
-    from caraml.workloads.llm_training import backend
+    from caraml.workloads.llm_training import engines
 
-    real = backend.importlib.util.find_spec
-    monkeypatch.setattr(backend.importlib.util, "find_spec",
+    real = engines.importlib.util.find_spec
+    monkeypatch.setattr(engines.importlib.util, "find_spec",
                         lambda name, *a: None if name.startswith("megatron") else real(name, *a))
     with pytest.raises(BadInput, match=r"needs megatron-core, which is not installed: pip install 'caraml\[megatron"):
         _check({"backend": "megatron-core"})
-    _check({})  # the native backend needs nothing more
+    _check({})  # the native engine needs nothing more
 
 
 def test_megatron_core_refuses_the_cpu_and_a_missing_transformer_engine(monkeypatch):
     from caraml.errors import BadInput
-    from caraml.workloads.llm_training import backend
+    from caraml.workloads.llm_training import engines
 
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     with pytest.raises(BadInput, match="runs on CUDA GPUs only, not device=cpu"):
         _check({"backend": "megatron-core"}, "cpu")
-    monkeypatch.setattr(backend, "te_available", lambda: False)
+    monkeypatch.setattr(engines, "te_available", lambda: False)
     with pytest.raises(BadInput, match="megatron_spec=te needs Transformer Engine"):
         _check({"backend": "megatron-core", "megatron_spec": "te"})
     _check({"backend": "megatron-core", "megatron_spec": "auto"})  # auto falls back to the local spec

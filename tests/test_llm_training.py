@@ -16,7 +16,7 @@ from conftest import ROOT, SHARED_DATA, caraml, cli_env, needs_shared_data, run
 from caraml.errors import BadInput
 from caraml.kit import torch_features
 from caraml.runner import RunSpec, build_bench, resolve
-from caraml.workloads.llm_training import WORKLOAD, layout_problem, sizes
+from caraml.workloads.llm_training import WORKLOAD, check_launch, sizes
 from caraml.workloads.llm_training.config import TrainingConfig
 
 
@@ -126,7 +126,7 @@ def bench(**overrides):
 
 
 def test_recompute_changes_no_number():
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     runs = [train_losses({"recompute": mode}, 3) for mode in ("none", "selective", "full")]
     assert runs[0] == runs[1] == runs[2]
@@ -160,15 +160,15 @@ def test_fp16_overflow_skips_the_step_and_spends_hysteresis():
     ({"seq_length": 128}, 1, "seq_length=128 exceeds max_position_embeddings=64"),
 ])
 def test_layout_problems(overrides, devices, says):
-    assert says in layout_problem(config(**overrides), devices)
+    assert says in check_launch(config(**overrides), devices)
 
 
 def test_layouts_that_fit():
-    assert layout_problem(config(global_batch_size=4), 2) is None  # dp 2 x micro 2 x 1
-    assert layout_problem(config(tp=2, pp=2, grad_accumulation=2), 8) is None
-    assert layout_problem(config("13B"), 176) is None
-    assert layout_problem(config("175B"), 64) is None
-    assert "tp*pp = 8*8 = 64 does not divide the 16 devices" in layout_problem(config("175B"), 16)
+    assert check_launch(config(global_batch_size=4), 2) is None  # dp 2 x micro 2 x 1
+    assert check_launch(config(tp=2, pp=2, grad_accumulation=2), 8) is None
+    assert check_launch(config("13B"), 176) is None
+    assert check_launch(config("175B"), 64) is None
+    assert "tp*pp = 8*8 = 64 does not divide the 16 devices" in check_launch(config("175B"), 16)
 
 
 # the typed config, the layout, the plan ------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ VARIANT_B = {"position": "learned", "activation": "swiglu", "recompute": "full"}
 
 @pytest.mark.multiprocess
 def test_parallel_layouts_train_like_one_process(tmp_path):
-    from caraml.workloads.llm_training.bench import train_losses
+    from caraml.crosscheck import train_losses
 
     out = tmp_path / "losses.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",

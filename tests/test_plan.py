@@ -152,13 +152,12 @@ def test_estimate_of_a_resolved_point_matches_the_layout():
 
 
 def test_the_gpu_bench_sets_the_plans_time_beside_the_measured_one():
-    from conftest import bench_script
+    from caraml.compare import plan_check
 
-    bench = bench_script("llm_bench")
     values = resolve(RunSpec("llm_training", {"precision": "bf16", "micro_batch_size": 16}, "800M")).values
-    est = bench.plan_estimate(values)
-    row = bench.plan_time(values, 2 * est["time_per_iteration_s"])
+    est = plan_check.plan_estimate(values, "H200")
+    row = plan_check.plan_time(values, 2 * est["time_per_iteration_s"], "H200")
     assert row["plan_time_per_iteration_s"] == est["time_per_iteration_s"] > 0
     assert row["time_vs_plan"] == pytest.approx(2.0) and row["plan_tokens_per_s"] == est["tokens_per_s"]
-    assert bench.plan_time({"hidden_size": "wide"}, 1.0)["time_vs_plan"] is None  # a point with no estimate
-    assert bench.plan_memory_gib(values) == pytest.approx(est["memory"]["total_bytes"] / 2 ** 30)
+    assert plan_check.plan_time({"hidden_size": "wide"}, 1.0, "H200")["time_vs_plan"] is None  # no estimate
+    assert plan_check.plan_memory_gib(values, "H200") == pytest.approx(est["memory"]["total_bytes"] / 2 ** 30)

@@ -1,11 +1,11 @@
-"""The GPU power benchmark's analysis, on records shaped like `caraml run --json` output (the runs need a GPU)."""
+"""The GPU power comparison's analysis (caraml.compare.power_check, which bench/power_bench.py runs), on records
+shaped like `caraml run --json` output (the runs need a GPU)."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import bench_script
 
-power_bench = bench_script("power_bench")
+from caraml.compare import power_check as power_bench
 
 
 def _record(images_s, energy=None, window=35.0):

@@ -92,7 +92,7 @@ def test_inductor_whole_step(results):
 
 # Refusals found before torch is imported, each in a fresh process: its exit status and its whole stderr. Those found
 # after (the model, the system, the device) run in the tests' process, which has torch already imported:
-# tests/test_hardening_inputs.py, test_run_refusals_that_need_torch_are_one_line_exit_2.
+# tests/test_bad_input_one_line.py, test_run_refusals_that_need_torch_are_one_line_exit_2.
 @pytest.mark.parametrize("args, needle", [
     (("run", "nosuch"), "unknown workload 'nosuch'; choose one of: fno, image_classification, llm_training"),
     (("run", "image_classification", "precision=fp64"),

@@ -1,4 +1,4 @@
-"""Issue 22: `caraml show` (resolved parameters, a stored run's), `caraml power`'s empty table and energy.json,
+"""`caraml show` (resolved parameters, a stored run's), `caraml power`'s empty table and energy.json,
 and the FNO smoke presets' data files (`caraml data fno-synthetic --smoke`)."""
 
 from __future__ import annotations

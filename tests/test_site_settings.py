@@ -6,12 +6,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import run_cli
 
 from caraml import systems
 from caraml.campaign import jobscript
 from caraml.campaign import suite as suite_mod
 from caraml.campaign.expand import expand
-from caraml.cli import main
 
 OPTS = jobscript.JobOptions(results="/scratch/r", python="/usr/bin/python3", source="/opt/caraml/src")
 CARAML_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS=1", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "NCCL_IB_TIMEOUT=50",
@@ -119,15 +119,6 @@ def test_rendezvous_port_from_the_job_id_or_the_sites_fixed_one():
     assert port == "24567"
 
 
-def _cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("flags, expect", [
     (["--partition", "dc gpu"], "--partition 'dc gpu' is not valid; it must be a partition name"),
     (["--account", "$(id)"], "--account '$(id)' is not valid; it must be an account"),
@@ -135,7 +126,7 @@ def _cli(capsys, *argv) -> tuple[int, str, str]:
     (["--constraint", "a100;rm"], "--constraint 'a100;rm' is not valid; it must be node features"),
 ])
 def test_bad_site_flags_are_one_line(capsys, tmp_path, flags, expect):
-    code, out, err = _cli(capsys, "sweep", "image_classification", "--system", "A100", "--executor", "slurm",
+    code, out, err = run_cli(capsys, "sweep", "image_classification", "--system", "A100", "--executor", "slurm",
                           "--dry-run", "--results", tmp_path, *flags)
     assert code == 2 and not out and err.strip().splitlines() == [f"caraml: error: {expect}" + err.split(expect)[1]
                                                                   .rstrip("\n")]
@@ -143,10 +134,10 @@ def test_bad_site_flags_are_one_line(capsys, tmp_path, flags, expect):
 
 
 def test_site_flags_need_slurm_jobs(capsys, tmp_path):
-    code, _, err = _cli(capsys, "sweep", "image_classification", "--system", "CPU", "--account", "p",
+    code, _, err = run_cli(capsys, "sweep", "image_classification", "--system", "CPU", "--account", "p",
                         "--results", tmp_path)
     assert code == 2 and err.strip() == "caraml: error: --account shapes SLURM jobs: it goes with --executor slurm"
-    code, _, err = _cli(capsys, "launch", "image_classification", "global_batch_size=32", "--system", "CPU",
+    code, _, err = run_cli(capsys, "launch", "image_classification", "global_batch_size=32", "--system", "CPU",
                         "--partition", "x")
     assert code == 2 and "--partition goes with --script" in err
 
@@ -154,7 +145,7 @@ def test_site_flags_need_slurm_jobs(capsys, tmp_path):
 def test_bad_site_values_in_a_profile_are_one_line(capsys, tmp_path, monkeypatch):
     (tmp_path / "A100.toml").write_text('[site.workloads.llm_training]\ncpu_bind = "v; touch X"\n')
     monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(tmp_path))
-    code, out, err = _cli(capsys, "launch", "llm_training", "--tag", "800M", "global_batch=16", "--system", "A100",
+    code, out, err = run_cli(capsys, "launch", "llm_training", "--tag", "800M", "global_batch=16", "--system", "A100",
                           "--script")
     assert code == 2 and not out
     assert err.strip() == ("caraml: error: system A100: site.cpu_bind = 'v; touch X' is not valid; it must be an "
@@ -163,13 +154,13 @@ def test_bad_site_values_in_a_profile_are_one_line(capsys, tmp_path, monkeypatch
     other.mkdir()
     (other / "A100.toml").write_text('[site.workloads.llm_training]\ncpus_per_task = "many"\n')
     monkeypatch.setenv("CARAML_SYSTEMS_PATH", str(other))
-    code, _, err = _cli(capsys, "systems")
+    code, _, err = run_cli(capsys, "systems")
     assert code == 2 and "site.workloads.llm_training.cpus_per_task = many is not valid; it must be a whole" in err
 
 
 @pytest.mark.subprocess  # bash -n
 def test_launch_script_takes_the_site_flags(capsys):
-    code, out, err = _cli(capsys, "launch", "llm_training", "--tag", "13B", "--system", "JUPITER", "--script",
+    code, out, err = run_cli(capsys, "launch", "llm_training", "--tag", "13B", "--system", "JUPITER", "--script",
                           "--account", "jscbench", "--reservation", "bench", "--exclusive")
     assert code == 0, err
     lines = out.splitlines()
@@ -194,7 +185,7 @@ launch:
 def test_array_dry_run_writes_one_array_per_job_shape(capsys, tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(ARRAY_SUITE.replace("image_size: 32,40,48", "image_size: 32,40,48\n  batch_size: 2"))
-    code, out, err = _cli(capsys, "sweep", suite, "--system", "CPU", "--executor", "slurm", "--dry-run",
+    code, out, err = run_cli(capsys, "sweep", suite, "--system", "CPU", "--executor", "slurm", "--dry-run",
                           "--array", "2", "--results", tmp_path / "r")
     assert code == 0, err
     [array] = (tmp_path / "r" / "sweep" / "jobs").glob("caraml-image_classification-array-*.sh")
@@ -204,7 +195,7 @@ def test_array_dry_run_writes_one_array_per_job_shape(capsys, tmp_path):
     assert text.count(".sh") == 3 and subprocess.run(["bash", "-n", array]).returncode == 0
     # points of two job shapes (1 and 2 nodes): two arrays
     suite.write_text(ARRAY_SUITE + "  nodes: 1,2\n")
-    code, _, err = _cli(capsys, "sweep", suite, "--system", "CPU", "--executor", "slurm", "--dry-run", "--array",
+    code, _, err = run_cli(capsys, "sweep", suite, "--system", "CPU", "--executor", "slurm", "--dry-run", "--array",
                         "--results", tmp_path / "r2")
     assert code == 0, err and "2 job array script(s)" in err
     arrays = sorted((tmp_path / "r2" / "sweep" / "jobs").glob("*-array-*.sh"))

@@ -1,4 +1,4 @@
-"""Errors that suggest (issue 22, item 8): a mistyped parameter, value, tag, system or column names the
+"""Errors that suggest: a mistyped parameter, value, tag, system or column names the
 closest right one; a tag in another case is the suite's where only one matches."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_a_mistyped_column_is_answered_with_the_right_one(results):
 
 
 def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsys):
-    """Issue 22, item 7: `--system H100` on a CPU-only run would record H100 with MFU 0 % and compare as H100."""
+    """`--system H100` on a CPU-only run would record H100 with MFU 0 % and compare as H100."""
     import json
 
     import torch
@@ -76,10 +76,10 @@ def test_a_system_the_device_contradicts_is_refused_unless_forced(results, capsy
 def test_a_local_sweep_whose_system_the_device_contradicts_is_refused_before_its_first_point(results, capsys,
                                                                                             monkeypatch):
     from caraml import cli
-    from caraml.campaign import local
+    from caraml.campaign import children
 
     started = []
-    monkeypatch.setattr(local, "_run_point", lambda point, *rest: started.append(point.id) or ("failed", False, {}))
+    monkeypatch.setattr(children, "run_point", lambda point, *rest: started.append(point.id) or ("failed", False, {}))
     assert cli.main(["sweep", "image_classification", "--tag", "H100", "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and not started, (err, started)

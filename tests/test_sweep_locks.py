@@ -11,7 +11,7 @@ import socket
 import pytest
 from conftest import cli, records_in
 
-from caraml.campaign import local, sweep
+from caraml.campaign import children, local, locks, sweep
 from caraml.errors import BadInput
 from caraml.results.store import Store
 
@@ -50,7 +50,7 @@ def ran(monkeypatch):
         Store(results).save(record)
         return "ok", False, record
 
-    monkeypatch.setattr(local, "_run_point", run_point)
+    monkeypatch.setattr(children, "run_point", run_point)
     return ran
 
 
@@ -73,7 +73,7 @@ def _when_waited_on(monkeypatch, then):
             then()
         calls.append(1)
 
-    monkeypatch.setattr(local, "_pause", pause)
+    monkeypatch.setattr(locks, "pause", pause)
     return calls
 
 
@@ -82,14 +82,14 @@ def test_a_point_another_sweep_runs_is_waited_for_and_its_ok_record_counts(tmp_p
     plan = _plan(tmp_path)
     first, second = plan.points
     held = _hold(results, first, os.getpid())  # a sweep that is alive: this process
-    claim = local._claim
+    claim = locks.claim
 
     def saved_just_before_the_lock_is_tried(path):  # the other point has saved its record, and not yet ended
         if first.id in path.name and not records_in(results):
             Store(results).save(_record(first, "ok"))
         return claim(path)
 
-    monkeypatch.setattr(local, "_claim", saved_just_before_the_lock_is_tried)
+    monkeypatch.setattr(locks, "claim", saved_just_before_the_lock_is_tried)
     _when_waited_on(monkeypatch, held.close)
     assert local.LocalExecutor().run(plan, str(results), resume=False, python=None) == 0
     assert ran == [second.id]
@@ -131,7 +131,7 @@ def test_a_point_of_a_gone_sweep_holding_its_lock_past_the_grace_is_not_waited_f
                                                                                        monkeypatch, ran, capsys):
     plan = _plan(tmp_path)
     first, second = plan.points
-    monkeypatch.setattr(local, "STOP_GRACE_S", 0.0)
+    monkeypatch.setattr(children, "STOP_GRACE_S", 0.0)
     with _hold(results, first, GONE):  # an orphan that ignores SIGTERM
         calls = _when_waited_on(monkeypatch, lambda: None)
         assert local.LocalExecutor().run(plan, str(results), resume=True, python=None) == 1

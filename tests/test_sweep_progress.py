@@ -1,4 +1,4 @@
-"""What a local sweep shows while it runs (issue 22, item 3): n/N, elapsed and an ETA from the finished points,
+"""What a local sweep shows while it runs: n/N, elapsed and an ETA from the finished points,
 each finished point's status and headline figure under a short label, and at the end the sweep's points as a
 result table with the counts per status."""
 
@@ -71,7 +71,7 @@ def _point(pid: str, **shown):
 
 
 def test_a_points_label_is_what_differs_between_the_points():
-    from caraml.campaign.local import point_labels
+    from caraml.campaign.progress import point_labels
 
     points = [_point("a", model="resnet18", batch_size=4, precision="fp32", nodes=1, time_limit="00:10:00"),
               _point("b", model="resnet18", batch_size=8, precision="fp32", nodes=1, time_limit="00:20:00"),
@@ -82,7 +82,7 @@ def test_a_points_label_is_what_differs_between_the_points():
 
 
 def test_duration_eta_and_headline_formatting():
-    from caraml.campaign.local import Tally, duration, headline
+    from caraml.campaign.progress import Tally, duration, headline
 
     assert [duration(s) for s in (0, 12.4, 65, 3725)] == ["0s", "12s", "1m05s", "1h02m05s"]
     tally = Tally(total=5, to_run=4, started=100.0)  # one point was already ok
@@ -123,16 +123,16 @@ class _Terminal(io.StringIO):
 def test_in_a_terminal_the_bar_keeps_its_width_and_labels_are_text(monkeypatch):
     import sys
 
-    from caraml.campaign import local
+    from caraml.campaign import progress
 
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     monkeypatch.setenv("COLUMNS", "250")
     monkeypatch.setenv("TERM", "xterm")
     monkeypatch.setenv("NO_COLOR", "1")
-    tally = local.Tally(total=3, to_run=3)
-    with local._display("fno", tally) as display:
-        assert isinstance(display, local._RichDisplay)
+    tally = progress.Tally(total=3, to_run=3)
+    with progress.display("fno", tally) as display:
+        assert isinstance(display, progress.RichDisplay)
         display.starting(1, "0123456789abcdef", "[bold]k=v[/bold] " + "key=value " * 40)
         display.bar.refresh()
         display.line("caraml: [1/3] 0123456789abcdef ok: 5.5 timesteps/s  [red]batch_size=4[/red]")

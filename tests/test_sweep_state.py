@@ -1,4 +1,4 @@
-"""Sweep state under concurrency (issue 20): two SLURM sweeps into one results folder lose no submitted job."""
+"""Sweep state under concurrency: two SLURM sweeps into one results folder lose no submitted job."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _as_if_its_sweep_died(results):
 
 @pytest.mark.subprocess
 def test_a_sweep_killed_between_sbatch_and_saving_the_job_id_loses_no_job(tmp_path, monkeypatch):
-    """Issue 20, 6: SIGKILL after sbatch submitted the job, before the state knew its id. --continue finds the
+    """SIGKILL after sbatch submitted the job, before the state knew its id. --continue finds the
     job by its name and follows it; nothing is submitted twice."""
     results = str(tmp_path / "results")
     plan = _one_point_plan(tmp_path)

@@ -9,8 +9,8 @@ import time
 
 import torch
 
+from caraml.crosscheck import train_losses
 from caraml.workloads.llm_training import fp8
-from caraml.workloads.llm_training.bench import train_losses
 
 torch.set_num_threads(1)
 fp8.check = lambda device: None

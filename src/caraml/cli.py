@@ -88,7 +88,7 @@ def _start_ranks(ranks: int, argv: list[str]) -> None:
     """`caraml run ... --nproc-per-node N`, checked: this process becomes torchrun (standalone), which starts the N
     ranks here; its output and exit code are the run's. (A refused rank cannot make a plain `torchrun` exit 2: its
     agent reports any rank's non-zero exit as its own failure, ChildFailedError, with a traceback and exit 1.)"""
-    from caraml.campaign.launchers import standalone_torchrun
+    from caraml.campaign.rendezvous import standalone_torchrun
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -97,7 +97,7 @@ def _start_ranks(ranks: int, argv: list[str]) -> None:
 
 
 def _print_summary(record: dict) -> None:
-    from caraml.results.table import render
+    from caraml.results.select import render
 
     out = sys.stdout
     print(render([record], "table"), file=out, end="")

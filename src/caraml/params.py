@@ -50,6 +50,15 @@ class Param:
     # A parameter retyped after records were stored keeps their ids: (value, former value) puts the former value
     # into the id (a bool that became a choice: ("fsdp", True)).
     id_values: tuple[tuple[Any, Any], ...] = ()
+    # A parameter renamed after records were stored keeps their ids: its value enters the id under this, its
+    # former name (e.g. engine's "backend"); None: under its own name.
+    id_name: str | None = None
+    # Whether the parameter has any effect, given the run's parameter values (a compile mode where nothing is
+    # compiled has none): one that does not apply is left out of a run's first line and shows as '-' in tables.
+    applies: Callable[[dict], bool] | None = field(default=None, compare=False)
+
+    def applies_to(self, values: dict) -> bool:
+        return self.applies is None or bool(self.applies(values))
 
     def parse(self, raw: Any, workload: str) -> Any:
         for old, new in self.value_aliases:  # YAML reads `on` as True: compare as text
@@ -164,9 +173,11 @@ def canonical(declared: list[Param], given: dict[str, Any], workload: str = "") 
 
 
 def id_view(declared: list[Param], values: dict[str, Any]) -> dict[str, Any]:
-    """The parameter values a configuration id is computed from: quiet defaults left out, retyped values as they
-    were (Param.identifies_at_default, Param.id_values); undeclared keys kept as they are."""
-    by_name = {p.name: p for p in declared}
+    """The parameter values a configuration id is computed from: quiet defaults left out, retyped values and renamed
+    parameters as they were (Param.identifies_at_default, Param.id_values, Param.id_name); undeclared keys kept as
+    they are."""
+    # a parameter that hashes under its former name is that parameter under either name
+    by_name = {**{old: p for p in declared if p.id_name for old in p.aliases}, **{p.name: p for p in declared}}
     out = {}
     for key, value in values.items():
         p = by_name.get(key)
@@ -175,7 +186,7 @@ def id_view(declared: list[Param], values: dict[str, Any]) -> dict[str, Any]:
         for today, former in p.id_values if p is not None else ():
             if value == today:
                 value = former
-        out[key] = value
+        out[(p.id_name if p is not None else None) or key] = value
     return out
 
 
@@ -185,8 +196,8 @@ _TYPES = (int, float, bool, str)
 
 def setting(default: Any, help: str = "", **declared) -> Any:
     """A config field that is a parameter: its name, type and default are the field's; `help` and `declared`
-    (choices, minimum, check, headline, identifies, identifies_at_default, aliases, value_aliases, id_values) are
-    the rest of its `Param`."""
+    (choices, minimum, check, headline, identifies, identifies_at_default, aliases, value_aliases, id_values,
+    id_name, applies) are the rest of its `Param`."""
     unknown = set(declared) - ({f.name for f in fields(Param)} - {"name", "type", "default"})
     if unknown:
         raise TypeError(f"setting() takes no {', '.join(sorted(unknown))}: the field gives name, type and default")

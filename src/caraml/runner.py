@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -96,6 +97,7 @@ class _Setup:
     device: Any  # torch.device
     tag: str
     profile: dict
+    config_id: str  # the configuration's hash (caraml.results.record.config_id): rank check-in and record share it
 
     def context(self) -> RunContext:
         return RunContext(device=self.device, seed=self.run.measure.seed, dist=self.dist, dims=self.dims,
@@ -123,7 +125,8 @@ def _set_up(spec: RunSpec) -> _Setup:
     if spec.system and not spec.force_system:
         systems.require_fits(profile, device, "drop --system to use the detected {detected}, or add "
                                               "--force-system to record this run as that system anyway")
-    return _Setup(run, dist, dims, device, tag, profile)
+    cid = rec.config_id(wl.identifying(run.values), tag, {"world_size": dist.world_size, "nodes": dist.nodes})
+    return _Setup(run, dist, dims, device, tag, profile, cid)
 
 
 def build_bench(spec: RunSpec, device: str | None = None):
@@ -153,8 +156,7 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     store = Store(spec.results)
     if dist.is_main:
         ensure_writable_dir(store.runs)
-    roll = rollcall.RollCall(store.runs, rec.config_id(run.workload.name, run.values, setup.tag, dist.world_size,
-                                                       dist.nodes), dist)
+    roll = rollcall.RollCall(store.runs, setup.config_id, dist)
     roll.check_in()  # before the process group: a rank killed later is still known by node and rank
     distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
@@ -164,7 +166,8 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     log.run_start(events,
                   f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
                   f"process{'es' if dist.world_size > 1 else ''}): "
-                  + ", ".join(f"{k}={run.values[k]}" for k in run.workload.headline),
+                  + ", ".join(f"{p.name}={run.values[p.name]}" for p in run.workload.params
+                              if p.headline and p.applies_to(run.values)),
                   run_id=record.run_id, workload=run.workload.name, system=setup.tag, device=str(setup.device),
                   world_size=dist.world_size, params=run.values)
     log.phase_start("setup", since=started)  # the setup began with the spec, before the process group
@@ -226,11 +229,11 @@ def _new_record(spec: RunSpec, setup: _Setup) -> rec.RunRecord:
               "rank": dist.rank, "node_rank": dist.node_rank, "backend": dist.backend,
               "launcher": distributed.launcher(),
               "device": str(setup.device), "parallel": setup.dims.as_dict()}
-    record = rec.RunRecord.for_config(
-        setup.run.workload.name, setup.run.values, {"tag": setup.tag, "detected": spec.system is None,
-                                                    **({"forced": True} if spec.force_system else {}),
-                                                    "profile": setup.profile},
-        launch, preset=setup.run.preset, env=env_mod.collect())
+    system = {"tag": setup.tag, "detected": spec.system is None, **({"forced": True} if spec.force_system else {}),
+              "profile": setup.profile}
+    record = rec.RunRecord(id=setup.config_id, workload=setup.run.workload.name, status="failed",
+                           params=setup.run.values, system=system, launch=launch, started_at=rec.now(),
+                           preset=setup.run.preset, env=env_mod.collect())
     if not dist.is_main:
         record.run_id += f"-rank{dist.rank}"
     return record
@@ -264,7 +267,9 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
         if stop.signal:  # e.g. DataLoader workers killed by the same SIGTERM: the run was stopped, not broken
             m.stop_signal = m.stop_signal or stop.signal
             _stopped(record, m, stop)
-            record.error += f" ({type(exc).__name__}: {str(exc)[:300]})"
+            # the stop is the news; what it broke (a compiler killed by the same Ctrl-C) is one line, in full below
+            record.error += f" ({first_line(exc)})"
+            record.traceback = traceback.format_exc()[-8000:]
         else:
             record.status = "oom" if _is_oom(exc) else "failed"
             record.error = f"{type(exc).__name__}: {exc}".strip()[:4000]
@@ -327,6 +332,20 @@ def _stopped(record, m: Measurement, stop: StopRequested) -> None:
         record.status, record.error = "interrupted", f"stopped by {signal_name} during {m.phase}"
     else:
         record.status = "ok"
+
+
+CAUSE_CHARS = 200  # of the first line of what a stop broke
+
+
+def first_line(exc: BaseException) -> str:
+    """`Type: the first line of its message`, at most CAUSE_CHARS: a compiler's output that a stop cut short
+    (inductor's C++ compile error carries the command and every diagnostic, its line breaks often written as a
+    literal backslash-n) is not what the user needs to read."""
+    text = str(exc).strip()
+    line = next((part.strip() for part in re.split(r"\n|\\n", text) if part.strip()), "")
+    if len(line) > CAUSE_CHARS:
+        line = line[:CAUSE_CHARS] + "…"
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 def _is_oom(exc: BaseException) -> bool:

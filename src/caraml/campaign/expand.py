@@ -170,7 +170,7 @@ def _point(suite, wl, declared, profile, system, preset, defaults, chosen, activ
     problem = wl.launch_problem(values, nodes * per_node)
     if problem:
         raise BadInput(f"suite {suite.name}: {problem} (nodes={nodes}, devices_per_node={per_node})")
-    cid = config_id(wl.name, values, system, nodes * per_node, nodes)
+    cid = config_id(wl.identifying(values), system, {"world_size": nodes * per_node, "nodes": nodes})
     as_set = {**chosen["vars"], **{k: values[k] for k in chosen["params"]}, **launch}
     time_limit = launch.get("time_limit")
     time_limit_seconds(time_limit)  # a bad limit fails here, not in the job script

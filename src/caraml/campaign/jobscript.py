@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from caraml import systems
 from caraml.campaign import container
 from caraml.campaign.expand import SweepPoint
-from caraml.campaign.launchers import Job, ShellWord, caraml_run_args, get_launcher, source_root, tasks_per_node
+from caraml.campaign.launchers import Job, caraml_run_args, get_launcher, source_root, tasks_per_node
+from caraml.campaign.rendezvous import ShellWord, SlurmStep
 from caraml.errors import BadInput, printable, shown
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -149,7 +150,7 @@ def _worker(point: SweepPoint, profile: dict, site: dict, opts: JobOptions) -> l
         binds += list(site.get("container_binds", []))  # the site's own bind specifications, as they are
         prefix = [q(w) for w in container.exec_prefix(profile, binds)]
         python = container.env_python(profile)
-    job = Job(point, python, tuple(caraml_run_args(point, opts.results, json_out=bool(opts.record))), slurm_step=True)
+    job = Job(point, python, tuple(caraml_run_args(point, opts.results, json_out=bool(opts.record))), SlurmStep())
     return prefix + [w if isinstance(w, ShellWord) else q(w) for w in get_launcher(point.launcher).command(job)]
 
 

@@ -2,7 +2,8 @@
 
 A launcher is one `command(job)` method (ReFrame's shape) registered by name in LAUNCHERS; a suite's
 `launch.launcher` names one. The same launcher makes the line a local sweep runs and the one a SLURM
-job script writes: the job says which of the two it is.
+job script writes: the job's rendezvous (caraml.campaign.rendezvous), which the executor chooses, is what
+differs between the two.
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import caraml
+from caraml.campaign.rendezvous import Rendezvous, Standalone
 from caraml.errors import BadInput, shown
 
 if TYPE_CHECKING:
     from caraml.campaign.expand import SweepPoint
 
 DEFAULT = "torchrun"  # a suite that names no launcher
-
-
-class ShellWord(str):
-    """A word the job script's shell expands (`"$caraml_head"`): written as is, so never made from a value."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class Job:
     point: SweepPoint
     python: str
     run: tuple[str, ...]  # the words after `-m caraml`
-    slurm_step: bool = False  # a step of a SLURM job: ranks meet at its first host; slurmstepd signals them all
+    rendezvous: Rendezvous  # how its ranks start and meet: on this machine alone, or in a SLURM job's step
 
 
 class Launcher(Protocol):
@@ -67,23 +65,10 @@ class Torchrun:
     name, task_per_device = "torchrun", False
 
     def command(self, job: Job) -> list[str]:
-        p = job.point
-        if not job.slurm_step:
-            return standalone_torchrun(job.python, p.devices_per_node, job.run)
-        # torchrun would die of SIGUSR2 (it has no handler) and take the workers with it: it ignores the
-        # signal; the workers, signalled by slurmstepd like every process of the step, stop cleanly.
-        return ["bash", "-c", 'trap "" USR2; exec "$@"', "caraml-torchrun", job.python, "-m", "torch.distributed.run",
-                f"--nnodes={p.nodes}", f"--nproc-per-node={p.devices_per_node}", "--rdzv-backend=c10d",
-                ShellWord('--rdzv-endpoint="$caraml_head":"$MASTER_PORT"'),  # the job script's port
-                ShellWord('--rdzv-id="$SLURM_JOB_ID"'), "-m", "caraml", *job.run]
+        return job.rendezvous.torchrun(job.python, job.point, job.run)
 
     def problem(self, nodes: int, devices_per_node: int) -> str | None:
         return None
-
-
-def standalone_torchrun(python: str, nproc: int, run) -> list[str]:
-    """torchrun starting `nproc` ranks of `python -m caraml RUN...` on this machine alone."""
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "caraml", *run]
 
 
 class Srun:
@@ -92,9 +77,7 @@ class Srun:
     name, task_per_device = "srun", True
 
     def command(self, job: Job) -> list[str]:
-        if not job.slurm_step:
-            raise BadInput(f"point {job.point.id}: launcher=srun starts its ranks as the tasks of a SLURM job; "
-                           "run it with --executor slurm")
+        job.rendezvous.require_slurm_tasks(job.point, self.name)
         ranks = ('export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS '
                  'LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec "$@"')
         return ["bash", "-c", ranks, "caraml-task", job.python, "-m", "caraml", *job.run]
@@ -164,5 +147,5 @@ def _quiet(point: SweepPoint) -> set[str]:
 
 def local_command(point: SweepPoint, results: str, python: str | None = None) -> list[str]:
     """The line that runs the point on this machine and prints its record as JSON."""
-    job = Job(point, python or sys.executable, tuple(caraml_run_args(point, results, json_out=True)))
+    job = Job(point, python or sys.executable, tuple(caraml_run_args(point, results, json_out=True)), Standalone())
     return local_launcher(point).command(job)

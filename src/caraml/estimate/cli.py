@@ -61,6 +61,8 @@ def _row(label: str, value: str, note: str = "") -> str:
 
 
 def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
+    from caraml.estimate.llm import caraml_count_note
+
     lay, mem, b, c = est["layout"], est["memory"], cfg.batch, cfg.compute
     gib = lambda v: f"{v / GIB:.2f} GiB"  # noqa: E731
     sharded = cfg.parallel.distributed_optimizer != "off" and lay["dp"] > 1
@@ -108,6 +110,7 @@ def render(name: str, preset: str | None, cfg, profile: dict, est: dict) -> str:
         lines.append(_row("tokens/s", f"{est['tokens_per_s']:,.0f}", "all devices"))
         lines.append(_row("TFLOP/s per device, CARAML's formula", f"{est['tflops_caraml_per_device']:.0f}",
                           "as CARAML's Megatron patch would print it"))
+        lines.append(f"  ({caraml_count_note(cfg, est['caraml_flops_ratio'])})")
     elif est["missing_links"]:
         lines.append(f"time per iteration: unknown, the profile has no {', '.join(est['missing_links'])} bandwidth "
                      f"(links_gbps in a site profile; caraml systems {profile['tag']})")

@@ -235,4 +235,23 @@ def estimate(cfg, layout: Layout, profile: dict, efficiency: float) -> dict:
             "missing_links": sorted(set(missing)), "time_per_iteration_s": iteration,
             "tokens_per_s": tokens / iteration if iteration else None, "tokens_per_iteration": tokens,
             # what CARAML's Megatron patch would print for this time (its convention, sizes.CARAML_TFLOPS_FORMULA)
-            "tflops_caraml_per_device": caraml_flops / (iteration * layout.devices * 1e12) if iteration else None}
+            "tflops_caraml_per_device": caraml_flops / (iteration * layout.devices * 1e12) if iteration else None,
+            "caraml_flops_ratio": caraml_flops / (flops * layout.devices)}  # its count over ours, per iteration
+
+
+# Why CARAML's count differs from ours, by recompute (its formula: f = 4 with any recompute, else 3)
+CARAML_COUNT_WHY = {
+    "selective": "it counts every matrix product of the forward again whenever recompute is on (f = 4), where "
+                 "selective recompute re-runs only the attention core",
+    "full": "both count the blocks' forward again (f = 4); ours also repeats the output layer's product",
+    "none": "without recompute both count one forward and its backward (f = 3)",
+}
+
+
+def caraml_count_note(cfg, ratio: float) -> str:
+    """One line: how many times our FLOPs CARAML's formula counts for this point, and why."""
+    why = CARAML_COUNT_WHY[cfg.parallel.recompute]
+    m = cfg.model
+    if m.ffn != 4 * m.hidden_size:  # its 24 (32 with SwiGLU) counts an MLP of 4h
+        why += f"; it assumes an MLP of 4 x hidden_size (this one: {m.ffn})"
+    return f"CARAML's formula counts {ratio:.2f}x our FLOPs per iteration: {why}"

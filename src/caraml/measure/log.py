@@ -6,7 +6,8 @@ rewritten in place; elsewhere (tests, CI, log files) every line is a plain line.
 JSON (`--log-format json`): MLPerf-style events, one JSON object per line on stderr: `run_start`, `phase_start`,
 `phase_end`, `throughput`, `run_stop`. Quiet (`-q`): nothing but errors and the final summary.
 Every run's events also go to `runs/<run_id>.events.jsonl` beside its record, whatever the format.
-Only rank 0 logs.
+Only rank 0 logs. The log's writes hold a lock (the heartbeat writes from a thread of its own), and while a live
+line is on the terminal Python's warnings (torch's) are written above it rather than into it.
 
 Timing inside the measured window adds no device synchronisation: on CUDA an interval's time comes from the
 step events the harness records anyway, read only once they have completed (a non-blocking query); elsewhere the
@@ -22,11 +23,13 @@ import os
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 FORMATS = ("text", "json")
 DEFAULT_INTERVAL_S = 5.0
 HEARTBEAT_MAX_S = 60.0  # a long wait is said after 1, 3, 7, ... intervals, then at most this far apart
+_LOCK_TYPE = threading.RLock  # reentrant: say() ends the live line under the same lock
 LONG_FIRST_STEP = 3.0  # a first warm-up step this many times the typical one (and > 1 s) is announced apart
 
 
@@ -118,6 +121,8 @@ class LiveLog:
         self._rates = None  # (units_per_step x dp, unit, flops_per_unit, world_size, peak_tflops)
         self.device = None
         self._live = None
+        self._lock = _LOCK_TYPE()  # one writer at a time: a line is never cut by another
+        self._showwarning = None  # warnings.showwarning before the live line took it over
         self.t0 = time.perf_counter()
 
     @property
@@ -144,34 +149,68 @@ class LiveLog:
         if self._events is not None:
             self._events.append(line)
         if self.fmt == "json" and not self.quiet:
-            self._end_live()
-            print(line, file=self.stream, flush=True)
+            with self._lock:
+                self._end_live()
+                print(line, file=self.stream, flush=True)
 
     def say(self, message: str) -> None:
         """A line for people (text format, not quiet)."""
         if self.is_main and self.fmt == "text" and not self.quiet:
-            self._end_live()
-            print(f"caraml: {message}", file=self.stream, flush=True)
+            with self._lock:
+                self._end_live()
+                print(f"caraml: {message}", file=self.stream, flush=True)
+
+    def above(self, text: str) -> None:
+        """Someone else's text (a library's warning): above the live line while one is on the terminal (rich
+        prints it there and draws the line again under it), else as it is."""
+        with self._lock:
+            if self._live is not None:
+                try:
+                    from rich.text import Text
+
+                    self._live.console.print(Text(text.rstrip("\n")), soft_wrap=True)
+                    return
+                except Exception:  # noqa: BLE001 - a display problem never loses the text: written plainly
+                    pass
+            self.stream.write(text)
+            self.stream.flush()
+
+    def _show_warning(self, message, category, filename, lineno, file=None, line=None) -> None:
+        """warnings.showwarning while a live line is on: a warning meant for stderr goes above it."""
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+        if file is not None and file is not sys.stderr and file is not self.stream:  # not ours to place
+            try:
+                file.write(text)  # as warnings' own showwarning does
+            except OSError:
+                pass
+            return
+        self.above(text)
 
     def progress(self, message: str) -> None:
         """An interval line: rewritten in place on a terminal (rich's live display), a plain line elsewhere."""
         if not (self.is_main and self.fmt == "text" and not self.quiet):
             return
-        if self._tty():
-            try:
-                from rich.console import Console
-                from rich.live import Live
-                from rich.text import Text
+        with self._lock:
+            if self._tty():
+                try:
+                    from rich.text import Text
 
-                if self._live is None:
-                    self._live = Live(console=Console(file=self.stream), auto_refresh=False, transient=False,
-                                      redirect_stdout=False, redirect_stderr=False)
-                    self._live.start()
-                self._live.update(Text(f"caraml: {message}"), refresh=True)
-                return
-            except Exception:  # noqa: BLE001 - a display problem never ends a run: plain lines instead
-                self._live = None
-        print(f"caraml: {message}", file=self.stream, flush=True)
+                    if self._live is None:
+                        self._start_live()
+                    self._live.update(Text(f"caraml: {message}"), refresh=True)
+                    return
+                except Exception:  # noqa: BLE001 - a display problem never ends a run: plain lines instead
+                    self._end_live()
+            print(f"caraml: {message}", file=self.stream, flush=True)
+
+    def _start_live(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._live = Live(console=Console(file=self.stream), auto_refresh=False, transient=False,
+                          redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+        self._showwarning, warnings.showwarning = warnings.showwarning, self._show_warning
 
     def _tty(self) -> bool:
         try:
@@ -180,8 +219,13 @@ class LiveLog:
             return False
 
     def _end_live(self) -> None:
-        if self._live is not None:
+        with self._lock:
+            if self._live is None:
+                return
             live, self._live = self._live, None
+            if warnings.showwarning == self._show_warning:  # unless someone replaced it since
+                warnings.showwarning = self._showwarning
+            self._showwarning = None
             try:
                 live.stop()  # the last interval line stays on the screen
             except Exception:  # noqa: BLE001

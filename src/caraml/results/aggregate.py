@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from caraml.errors import BadInput, printable, shown
+from caraml.params import as_today
 from caraml.results.energy import Energy, energy_of, is_number
-from caraml.results.record import validate
+from caraml.results.record import config_id, validate
 from caraml.settings import MEASUREMENT_KEYS
 
 
@@ -101,27 +102,33 @@ def current_id(record: dict) -> str | None:
     predates a rename (FNO's amp, image classification's gradient_accumulation, the LLM's boolean compile):
     then the id a run of that configuration gets today, so old and new runs are one configuration in tables,
     comparisons and `sweep --resume`. The file itself is never changed."""
-    params, workload = record.get("params"), record.get("workload")
-    if not isinstance(params, dict) or not isinstance(workload, str):
+    params, wl = record.get("params"), _installed(record.get("workload"))
+    if not isinstance(params, dict) or wl is None:
         return record.get("id")
-    today = _as_today(workload, params)
+    today = as_today(wl.params, params)
     if today == params:
         return record.get("id")
-    from caraml.results.record import config_id
-
     launch, system = record.get("launch") or {}, record.get("system") or {}
-    return config_id(workload, today, system.get("tag"), launch.get("world_size"), launch.get("nodes"))
+    return config_id(wl.identifying(today), system.get("tag"),
+                     {"world_size": launch.get("world_size"), "nodes": launch.get("nodes")})
 
 
 def _as_today(workload: str, params: dict) -> dict:
-    from caraml import workloads
-    from caraml.params import as_today
+    wl = _installed(workload)
+    return params if wl is None else as_today(wl.params, params)
 
+
+def _installed(workload):
+    """The workload a record names, None for one this installation does not have (its records are read as they
+    are)."""
+    from caraml import workloads
+
+    if not isinstance(workload, str):
+        return None
     try:
-        declared = workloads.get(workload).params
-    except BadInput:  # a workload this installation does not have: its records are read as they are
-        return params
-    return as_today(declared, params)
+        return workloads.get(workload)
+    except BadInput:
+        return None
 
 
 def throughput_of(record: dict) -> float | None:

@@ -30,8 +30,11 @@ def add_parsers(sub, results_default: str) -> None:
                                          "throughput and units per Wh, and the ratios to the baseline group. "
                                          "Configurations only one group ran are listed apart. --by devices (or "
                                          "nodes) is the scaling view: baseline the smallest count, with parallel "
-                                         "efficiency.")
-    compare.add_argument("--by", required=True, help="system, devices, nodes, or any parameter, e.g. precision")
+                                         "efficiency. --reference NAME puts your runs of a published reference's "
+                                         "configuration beside its systems, with the ratio yours / theirs.")
+    compare.add_argument("--by", help="system, devices, nodes, or any parameter, e.g. precision")
+    compare.add_argument("--reference", metavar="NAME",
+                         help="a published reference instead of --by: " + ", ".join(_reference_names()))
     compare.add_argument("--baseline", help="the group the others are divided by (default: the first, e.g. the "
                                             "smallest device count)")
     _selection_args(compare, results_default)
@@ -75,10 +78,15 @@ def _result(args) -> int:
 
 
 def _compare(args) -> int:
-    from caraml.results.compare import as_json, compare, fit_text, tables
+    from caraml.results.compare import as_json, compare, fit_text
     from caraml.results.select import select
     from caraml.results.table import render_tables, terminal_width
 
+    if args.reference is not None:
+        return _compare_reference(args)
+    if not args.by:
+        raise BadInput("compare needs --by FIELD (e.g. --by system) or --reference NAME (e.g. --reference "
+                       + (_reference_names() or ["NAME"])[0] + ")")
     selection = select(args.results, args.workload, args.where)
     done, problems = [], []
     for workload, points in selection.by_workload.items():
@@ -94,8 +102,37 @@ def _compare(args) -> int:
         print(json.dumps([as_json(c) for c in done], indent=1, default=str))
     else:
         width = terminal_width() if args.format == "table" and not args.wide else None
-        sys.stdout.write(render_tables(fit_text([t for c in done for t in tables(c)], width), args.format))
+        sys.stdout.write(render_tables([t for c in done for t in fit_text(c, width)], args.format))
     return 0
+
+
+def _compare_reference(args) -> int:
+    from caraml.results import reference, reference_view
+    from caraml.results.select import select
+    from caraml.results.table import fit, render_tables, terminal_width
+
+    if args.by or args.baseline:
+        raise BadInput("--reference compares with a published reference's systems; leave out --by and --baseline")
+    ref = reference.load(args.reference)  # an unknown name is refused before the records are read
+    if args.workload and args.workload != ref.workload:
+        raise BadInput(f"--reference {ref.name} is of workload {ref.workload}, not --workload {shown(args.workload)}")
+    cmp = reference.compare_reference(ref, select(args.results, None, args.where).points, args.results)
+    if args.format == "json":
+        print(json.dumps(reference_view.as_json(cmp), indent=1, default=str))
+        return 0
+    table = reference_view.table(cmp)
+    width = terminal_width() if args.format == "table" and not args.wide else None
+    if width:
+        table = fit(table, width, keep={k for k in table.keys if ":" in k or k == "yours"}, config=set(table.keys),
+                    hint="--wide shows them")
+    sys.stdout.write(render_tables([table], args.format))
+    return 0
+
+
+def _reference_names() -> list[str]:
+    from caraml.results.reference import names
+
+    return names()
 
 
 def _plot(args) -> int:

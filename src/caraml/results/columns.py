@@ -26,6 +26,7 @@ class Column:
     default: bool | str = True  # shown without --columns; "if-any": only when some row has a value
     param: str | None = None  # the workload parameter this column shows, if it shows one
     aliases: tuple[str, ...] = ()  # that parameter's former names, which older records carry (Param.aliases)
+    joins: bool = False  # a value of the configuration or of a run: a row of several runs shows their values joined
 
 
 def _m(record: dict) -> dict:
@@ -37,7 +38,7 @@ def _num(value):
 
 
 def config(key, header, get_record, style="text", default=True) -> Column:
-    return Column(key, header, lambda p: get_record(p.rep), style, config=True, default=default)
+    return Column(key, header, lambda p: get_record(p.rep), style, config=True, default=default, joins=True)
 
 
 def param(key, header, name=None, style="text", default=True, declared=None) -> Column:
@@ -57,6 +58,8 @@ def _param_value(record: dict, name: str, declared=None):
     for old, new in getattr(declared, "value_aliases", ()):  # as Param.parse reads them: compared as text
         if value is not None and str(value).lower() == str(old).lower():
             return new
+    if getattr(declared, "applies", None) is not None and not declared.applies(params):
+        return None  # e.g. a compile mode where nothing is compiled
     return value
 
 
@@ -191,7 +194,35 @@ def _energy_file(r):
 
 def run_column(key, header, get_record, style="text", default=True) -> Column:
     """A value of one run (the point's representative run), not of the configuration: job id, log files."""
-    return Column(key, header, lambda p: get_record(p.rep), style, default=default)
+    return Column(key, header, lambda p: get_record(p.rep), style, default=default, joins=True)
+
+
+def cell(c: Column, point: Point):
+    """What a table shows of `c` for `point`: its value; for a value of the configuration or of a run on a row of
+    several runs that differ in it, each run's value, oldest first, joined ("4, 2")."""
+    if not c.joins or len(point.records) < 2:
+        return c.get(point)
+    from caraml.results.table import format_value
+
+    values = []
+    for r in point.records:
+        value = c.get(Point(id=point.id, workload=point.workload, records=[r]))
+        if value not in values:
+            values.append(value)
+    return values[0] if len(values) == 1 else ", ".join(format_value(v, c.style) for v in values)
+
+
+def not_identifying(workload: str) -> frozenset[str]:
+    """The parameters that say how a point was measured, not what (measure_steps, log_interval, seed, power
+    sampling): never a column of their own, as they are no part of the configuration."""
+    from caraml import workloads
+    from caraml.settings import MEASUREMENT_KEYS
+
+    try:
+        own = {p.name for p in workloads.get(workload).params if not p.identifies}
+    except BadInput:
+        own = set()
+    return MEASUREMENT_KEYS | own
 
 
 SYSTEM = config("system", "System", lambda r: (r.get("system") or {}).get("tag"))
@@ -327,11 +358,13 @@ def _norm(name: str) -> str:
 
 
 def find(columns: list[Column], name: str) -> Column | None:
-    """A column by key, else by header, ignoring case and punctuation ('BatchSize/Device' = 'batchsize_device'):
-    `iterations` is ours, `Iterations` too where no key is that (the LLM's CARAML column)."""
+    """A column by key, else by header, else by its parameter's former name (`backend`: Engine), ignoring case and
+    punctuation ('BatchSize/Device' = 'batchsize_device'): `iterations` is ours, `Iterations` too where no key is
+    that (the LLM's CARAML column)."""
     wanted = _norm(name)
     return (next((c for c in columns if _norm(c.key) == wanted), None)
-            or next((c for c in columns if _norm(c.header) == wanted), None))
+            or next((c for c in columns if _norm(c.header) == wanted), None)
+            or next((c for c in columns if wanted in map(_norm, c.aliases)), None))
 
 
 FIELDS_HINT = "; or a parameter (data, params.data) or a record field (launch.world_size, metrics.energy.reason)"
@@ -375,16 +408,25 @@ NOTES = {"throughput": "steady", "caraml_timesteps_per_s": "CARAML", "train_thro
          "interval": "95% of mean step", "caraml_iterations": "CARAML", "caraml_time_per_iteration_s": "CARAML",
          "caraml_tokens_per_s": "CARAML", "caraml_tflops_per_device": "CARAML"}
 # Kept longest when a table is narrowed to fit (after the columns it keeps always).
-HEADLINE = ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
+HEADLINE = CARAML_FIGURES + ("units_per_wh", "energy_wh", "mfu", "time_per_iteration_s", "step_spread")
 STEADY_SPREAD = 0.25  # a step-time spread above this is flagged in the text table
 REPEAT_SPREAD = 0.10  # so is a spread of the repeats' throughputs (or CARAML figures) above this
 CARAML_SPREAD = 0.10  # and a CARAML figure whose epochs or log intervals vary more than this
 ENERGY_KEYS = ("energy_wh", "units_per_wh", "energy_per_device_wh", "energy_measure_wh")
 
 
-def text_header(c: Column) -> str:
+def text_header(c: Column, on_gpus: bool = True) -> str:
+    """The header people read: with the convention of its figure ('Images/s (steady)'), and 'device' for CARAML's
+    'GPU' where the rows did not all run on GPUs ('Energy/device (Wh)' on CPUs)."""
     note = NOTES.get(c.key)
-    return f"{c.header} ({note})" if note and note.lower() not in c.header.lower() else c.header
+    header = f"{c.header} ({note})" if note and note.lower() not in c.header.lower() else c.header
+    return header if on_gpus else header.replace("GPU", "device")
+
+
+def on_gpus(points) -> bool:
+    """Whether every run of `points` ran on a GPU (its launch device cuda:N; older records without one count)."""
+    devices = [str((r.get("launch") or {}).get("device") or "cuda") for p in points for r in p.records]
+    return all(d.startswith(("cuda", "gpu")) for d in devices)
 
 
 def varying(columns: list[Column], shown_cols: list[Column], points) -> list[Column]:
@@ -393,6 +435,7 @@ def varying(columns: list[Column], shown_cols: list[Column], points) -> list[Col
     if len(points) < 2:
         return []
     covered = {c.param for c in shown_cols if c.param} | {a for c in shown_cols for a in c.aliases}
+    covered |= not_identifying(points[0].workload)  # how a point was measured is no part of what it is
     keys = sorted({k for p in points for k in p.params} - covered)
     out = []
     for k in keys:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results import columns as cols
+from caraml.results import presets
 from caraml.results.aggregate import Point, matches
-from caraml.results.table import Table, fit
+from caraml.results.table import Table, fit, text_width
 
 SCALING_KEYS = ("devices", "nodes")
 RECORD_PATHS = {"launch.world_size": "devices", "launch.nodes": "nodes", "system.tag": "system"}
@@ -156,44 +157,83 @@ def label(cmp: Comparison, g) -> str:
     return str(g) if cmp.by == "system" else f"{cmp.by}={g}"
 
 
-def _config_cells(cmp: Comparison, cfg: dict, cell: dict) -> list:
-    point = next(iter(cell.values()))
-    return [c.get(point) for c in cmp.columns] + [cfg.get(k) for k in _extra_keys(cmp)]
+def short_label(cmp: Comparison, g) -> str:
+    """A group as the text headers name it, under a title that names the key: 'fp16', 'H100', '4 devices'."""
+    if cmp.by in SCALING_KEYS:
+        return f"{g} {cmp.by}"
+    return str(g) if cmp.by == "system" or (isinstance(g, str) and g) else f"{cmp.by}={g}"
 
 
-def _extra_keys(cmp: Comparison) -> list[str]:
-    """Parameters that tell configurations apart but have no column of their own."""
+def _merged(cmp: Comparison, cell: dict) -> Point:
+    """Every run of a configuration's groups as one point: its configuration cells show their values joined."""
+    return Point(id="", workload=cmp.workload, records=[r for p in cell.values() for r in p.records])
+
+
+def _extra_columns(cmp: Comparison) -> list[cols.Column]:
+    """Columns of the parameters that tell configurations apart but have none of their own (how a point was
+    measured is no part of it)."""
     covered = {c.param or c.key for c in cmp.columns} | {a for c in cmp.columns for a in c.aliases} | {
-        cmp.by, *SCALING_KEYS}
+        cmp.by, *SCALING_KEYS} | cols.not_identifying(cmp.workload)
     cfgs = [cfg for cfg, _ in cmp.rows] + [cfg for cfg, _, _ in cmp.apart]
     keys = sorted({k for cfg in cfgs for k in cfg} - covered)
-    return [k for k in keys if len({json.dumps(cfg.get(k), default=str) for cfg in cfgs}) > 1]
+    points = [p for cell in _cells(cmp) for p in cell.values()]
+    every = cols.columns_for(cmp.workload, cmp.unit.lower())
+    out = [cols.resolve(every, "params." + k, points) for k in keys
+           if len({json.dumps(cfg.get(k), default=str) for cfg in cfgs}) > 1]
+    return [c for c in out if c is not None]
 
 
-def tables(cmp: Comparison) -> list[Table]:
-    cfg_keys = [c.key for c in cmp.columns] + _extra_keys(cmp)
-    cfg_headers = [c.header for c in cmp.columns] + _extra_keys(cmp)
-    cfg_styles = [c.style for c in cmp.columns] + ["text"] * len(_extra_keys(cmp))
-    keys, headers, styles = list(cfg_keys), list(cfg_headers), list(cfg_styles)
-    base = label(cmp, cmp.baseline)
-    for g in cmp.groups:
-        name = label(cmp, g)
+def _cells(cmp: Comparison) -> list[dict]:
+    return [cell for _, cell in cmp.rows] + [cell for _, cell, _ in cmp.apart]
+
+
+def config_columns(cmp: Comparison) -> tuple[list[cols.Column], list[cols.Column]]:
+    """The configuration columns of the comparison's tables (those that differ only by the runs' presets as one
+    Preset column) and those folded into it (presets.fold)."""
+    merged = [_merged(cmp, cell) for cell in _cells(cmp)]
+    return presets.fold(cmp.workload, cmp.columns + _extra_columns(cmp), merged)
+
+
+def _group_columns(cmp: Comparison, groups: list) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(keys, CARAML-style headers, headers with their convention, styles) of the groups' figures."""
+    keys, headers, text, styles = [], [], [], []
+    for g in groups:
+        name, short = label(cmp, g), short_label(cmp, g)
         keys += [f"{name}:throughput", f"{name}:units_per_wh"]
         headers += [f"{name} {cmp.unit}/s", f"{name} {cmp.unit}/Wh"]
+        text += [f"{short} {cmp.unit}/s (steady)", f"{short} {cmp.unit}/Wh"]
         styles += ["num", "num"]
         if g != cmp.baseline:
             keys += [f"{name}:speedup", f"{name}:energy_ratio"]
             headers += [f"{name} ×speed", f"{name} ×{cmp.unit}/Wh"]
+            text += [f"{short} ×speed", f"{short} ×{cmp.unit}/Wh"]
             styles += ["ratio", "ratio"]
             if cmp.scaling:
                 keys.append(f"{name}:efficiency")
                 headers.append(f"{name} efficiency")
+                text.append(f"{short} efficiency")
                 styles.append("pct")
-    main = Table(title=f"{cmp.workload}: by {cmp.by}, ratios (×) to the baseline {base}", keys=keys, headers=headers,
-                 styles=styles)
-    for cfg, cell in cmp.rows:
-        row = _config_cells(cmp, cfg, cell)
-        for g in cmp.groups:
+    return keys, headers, text, styles
+
+
+def tables(cmp: Comparison, groups: list | None = None, apart: bool = True) -> list[Table]:
+    """The comparison's table (only `groups` beside the baseline, where given) and, with `apart`, its
+    configurations not compared."""
+    columns, folded = config_columns(cmp)
+    # a group with no configuration in common with the baseline has no figures here (it is among those apart)
+    groups = [cmp.baseline] + [g for g in (groups or cmp.groups) if g != cmp.baseline
+                               and any(g in cell for _, cell in cmp.rows)]
+    gpus = cols.on_gpus([p for cell in _cells(cmp) for p in cell.values()])
+    cfg_keys, cfg_headers = [c.key for c in columns], [c.header for c in columns]
+    cfg_text, cfg_styles = [cols.text_header(c, gpus) for c in columns], [c.style for c in columns]
+    keys, headers, text, styles = _group_columns(cmp, groups)
+    base = label(cmp, cmp.baseline)
+    main = Table(title=f"{cmp.workload}: by {cmp.by}, ratios (×) to the baseline {base}", keys=cfg_keys + keys,
+                 headers=cfg_headers + headers, styles=cfg_styles + styles, text_headers=cfg_text + text,
+                 notes=presets.notes(folded, [_merged(cmp, cell) for _, cell in cmp.rows]))
+    for _, cell in cmp.rows:
+        row = [cols.cell(c, _merged(cmp, cell)) for c in columns]
+        for g in groups:
             p = cell.get(g)
             row += [p.throughput if p else None, p.units_per_wh if p else None]
             if g != cmp.baseline:
@@ -202,25 +242,54 @@ def tables(cmp: Comparison) -> list[Table]:
                     row.append(cmp.efficiency(cell, g))
         main.rows.append(row)
         main.extras.append({"workload": cmp.workload, "by": cmp.by, "baseline": cmp.baseline})
-    main.text_headers = [cols.text_header(c) for c in cmp.columns] + main.headers[len(cmp.columns):]
     out = [main]
-    if cmp.apart:
+    if cmp.apart and apart:
         apart = Table(title=f"{cmp.workload}: not compared", keys=cfg_keys + ["groups", "why"],
-                      headers=cfg_headers + ["Ran on", "Why not compared"], styles=cfg_styles + ["text", "text"])
-        for cfg, cell, why in cmp.apart:
-            apart.rows.append(_config_cells(cmp, cfg, cell) + [", ".join(label(cmp, g) for g in cell), why])
+                      headers=cfg_headers + ["Ran on", "Why not compared"], styles=cfg_styles + ["text", "text"],
+                      text_headers=cfg_text + ["Ran on", "Why not compared"],
+                      notes=presets.notes(folded, [_merged(cmp, cell) for _, cell, _ in cmp.apart]))
+        for _, cell, why in cmp.apart:
+            apart.rows.append([cols.cell(c, _merged(cmp, cell)) for c in columns]
+                              + [", ".join(label(cmp, g) for g in cell), why])
             apart.extras.append({"workload": cmp.workload, "by": cmp.by, "not_compared": True})
         out.append(apart)
     return out
 
 
-def fit_text(tables_: list[Table], width: int | None) -> list[Table]:
-    """Comparison tables narrowed to `width` (table.fit): the groups' figures and ratios stay, configuration
-    columns the same in every row leave first, into a footnote."""
+# A narrowed comparison keeps each group's throughput; of the rest it keeps longest, in this order:
+KEPT_LONGEST = ("speedup", "efficiency", "units_per_wh", "energy_ratio")
+
+
+def fit_text(cmp: Comparison, width: int | None) -> list[Table]:
+    """The comparison's tables narrowed to `width` (table.fit): the configuration columns that tell rows apart
+    and each group's throughput stay, configuration columns the same in every row leave first (into a footnote),
+    then the groups' lesser figures; where even so the table is too wide, one table per group beside the
+    baseline."""
+    out = tables(cmp)
     if not width:
-        return tables_
-    return [fit(t, width, keep={k for k in t.keys if ":" in k or k in ("groups", "why")}, config=set(t.keys),
-                hint="--wide shows them") for t in tables_]
+        return out
+    fitted = _fit(cmp, out, width)
+    if text_width(fitted[0]) <= width or len(cmp.groups) < 3:
+        return fitted
+    parts = []
+    ran = [g for g in cmp.groups[1:] if any(g in cell for _, cell in cmp.rows)]
+    for g in ran:
+        parts += _fit(cmp, tables(cmp, [g], apart=g == ran[-1]), width)
+    return parts
+
+
+def _fit(cmp: Comparison, tables_: list[Table], width: int) -> list[Table]:
+    out = []
+    for t in tables_:
+        figures = [k for k in t.keys if ":" in k]
+        config = [k for k in t.keys if k not in figures and k not in ("groups", "why")]
+        # the configuration that tells this table's rows apart stays, as do each group's throughput
+        identity = {k for i, k in enumerate(t.keys) if k in config and (k == "system" or len(
+            {json.dumps(row[i], default=str) for row in t.rows}) > 1)}
+        keep = identity | {k for k in figures if k.endswith(":throughput")} | {"groups", "why"}
+        prefer = [k for kind in KEPT_LONGEST for k in figures if k.endswith(":" + kind)]
+        out.append(fit(t, width, keep=keep, config=set(config), prefer=prefer, hint="--wide shows them"))
+    return out
 
 
 def as_json(cmp: Comparison) -> dict:

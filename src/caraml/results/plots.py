@@ -248,21 +248,35 @@ def _vs_batch(workload: str, points: list[Point], metric: str):
         return None
     lines = lines_of(pts, _gbs, "global batch size")
     fig, ax = _figure(10, lines)
+    caraml = False
     for name, line in lines.series.items():
         ys = [getattr(p, metric) for p in line]
         err = list(zip(*(_spread(p, _get(metric), y) for p, y in zip(line, ys))))
-        ax.errorbar([_gbs(p) for p in line], ys, yerr=err if any(any(e) for e in err) else None, marker="o",
-                    capsize=3, label=name)
+        drawn = ax.errorbar([_gbs(p) for p in line], ys, yerr=err if any(any(e) for e in err) else None,
+                            marker="o", capsize=3, label=name)
+        caraml = caraml or (metric == "throughput" and _caraml_line(ax, line, drawn.lines[0].get_color(), name))
     ax.set_xscale("log", base=2)
     _ticks(ax, [_gbs(p) for p in pts])
     ax.set_xlabel("global batch size")
-    ax.set_ylabel(f"{unit}/s" if metric == "throughput" else f"{unit}/Wh")
+    ax.set_ylabel(f"{unit}/Wh" if metric != "throughput" else f"{unit}/s (steady; dashed: CARAML's)" if caraml
+                  else f"{unit}/s (steady)")
     _title(ax, f"{_plain(workload)}: {'throughput' if metric == 'throughput' else 'energy efficiency'} "
            "vs global batch size")
     ax.grid(True, alpha=0.3)
     _thousands(ax.xaxis, ax.yaxis)
     _finish(fig, [ax], lines)
     return fig
+
+
+def _caraml_line(ax, line: list[Point], color, name: str) -> bool:
+    """CARAML's figure of the line's points (a mean over epochs or log intervals), dashed beside our steady one,
+    where they have it: the table shows both, so the plot does too. Whether it drew one."""
+    xs = [(_gbs(p), p.median(cols.caraml_figure_of)) for p in line]
+    xs = [(x, y) for x, y in xs if y is not None]
+    if xs:
+        ax.plot([x for x, _ in xs], [y for _, y in xs], color=color, linestyle="--", marker="s", markersize=4,
+                label=f"{name} (CARAML)")
+    return bool(xs)
 
 
 def pareto_front(pairs: list[tuple[float, float]]) -> list[int]:

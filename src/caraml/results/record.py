@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Mapping
 
 SCHEMA_VERSION = 1
 # diverged: the run completed and measured, but its figures describe no training (a loss that is not finite at the
@@ -19,28 +19,14 @@ REQUIRED = ("schema", "id", "run_id", "workload", "status", "params", "system", 
             "env", "started_at", "finished_at", "error")
 
 
-def config_id(workload: str, params: dict, system_tag: str, world_size: int, nodes: int) -> str:
-    """Stable hash of the configuration alone (the workload's parameters and the device asked for, the system,
-    the launch): the same point gets the same id however it is measured, so `result`, `compare` and `--resume`
-    agree on what "the same point" is."""
-    from caraml.params import id_view
-    from caraml.settings import identity
-
-    params = id_view(_declared(workload), identity(params))
-    canonical = json.dumps({"workload": workload, "params": params, "system": system_tag,
-                            "world_size": world_size, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
+def config_id(identifying: Mapping[str, Any], system: str | None, launch: Mapping[str, Any]) -> str:
+    """Stable hash of the configuration alone: the workload's identifying values (Workload.identifying: its name
+    and parameters, measurement settings left out), the system's tag, the launch's devices and nodes. The same
+    point gets the same id however it is measured, so `result`, `compare` and `--resume` agree on what "the same
+    point" is."""
+    canonical = json.dumps({**identifying, "system": system, "world_size": launch["world_size"],
+                            "nodes": launch["nodes"]}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def _declared(workload: str) -> list:
-    """The workload's parameter declarations (none for a workload this installation does not have)."""
-    from caraml import workloads
-    from caraml.errors import BadInput
-
-    try:
-        return workloads.get(workload).params
-    except BadInput:
-        return []
 
 
 def now() -> str:
@@ -91,14 +77,6 @@ class RunRecord:
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} is not one of {', '.join(STATUSES)}")
         self.run_id = self.run_id or run_id(self.id, self.started_at)
-
-    @classmethod
-    def for_config(cls, workload: str, params: dict, system: dict, launch: dict, status: str = "failed",
-                   started_at: str | None = None, **rest) -> "RunRecord":
-        """A record whose id is the configuration's hash (workload, params, system tag, devices, nodes)."""
-        cid = config_id(workload, params, system["tag"], launch["world_size"], launch["nodes"])
-        return cls(id=cid, workload=workload, status=status, params=params, system=system, launch=launch,
-                   started_at=started_at or now(), **rest)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
@@ -51,8 +52,9 @@ def _headline_first(table: Table) -> Table:
     head = [i for i, k in enumerate(table.keys) if i and k.rpartition(":")[2] in HEADLINE]
     order = [0] + head + [i for i in range(1, len(table.keys)) if i not in head] if table.keys else []
     pick = (lambda xs: [xs[i] for i in order])
-    return Table(title=table.title, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
-                 rows=[pick(r) for r in table.rows], extras=table.extras, marks=table.marks, notes=table.notes)
+    return replace(table, keys=pick(table.keys), headers=pick(table.headers), styles=pick(table.styles),
+                   text_headers=pick(table.text_headers) if table.text_headers else None,
+                   rows=[pick(r) for r in table.rows])
 
 
 def _table(table: Table) -> str:
@@ -87,6 +89,28 @@ def _section_workload(workload: str, points) -> list[str]:
     if notes:
         parts.append("<ul class=\"note\">" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return parts
+
+
+def _section_references(selection: Selection) -> list[str]:
+    """Each published reference that some of the selected runs share the configuration of: your points over its
+    systems', and the table of ratios. A reference no run matches is left out (`caraml compare --reference` says
+    why)."""
+    from caraml.results import reference, reference_view
+
+    parts = []
+    for name in reference.names():
+        ref = reference.load(name)
+        try:
+            cmp = reference.compare_reference(ref, selection.points, str(selection.results))
+        except BadInput:
+            continue
+        parts += [f"<h3>{escape(ref.title)}</h3>",
+                  f"<p class=\"meta\">Published: {escape(ref.source_line())}. Your runs of its configuration "
+                  f"(preset {escape(ref.preset)}: <code>{escape(ref.run)}</code>), counted as it is counted: "
+                  f"{escape(ref.convention['record'])}. × = yours / theirs.</p>",
+                  _img(plots.png_bytes(reference_view.figure(cmp)), f"reference-{ref.name}"),
+                  _table(reference_view.table(cmp))]
+    return (['<h2 id="references">Published references</h2>'] + parts) if parts else []
 
 
 def _section_power(selection: Selection) -> list[str]:
@@ -127,6 +151,7 @@ def build(selection: Selection) -> str:
                     + "".join(f"<li>{escape(s)}</li>" for s in selection.skipped) + "</ul>")
     for workload, points in selection.by_workload.items():
         body += _section_workload(workload, points)
+    body += _section_references(selection)
     body += _section_power(selection)
     body += _section_runs(selection)
     # control characters from records (not allowed in HTML, and a NUL or an escape is never meant) as escapes

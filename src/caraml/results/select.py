@@ -6,12 +6,15 @@ and fail the same way on input that selects nothing.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from caraml.errors import BadInput, did_you_mean, shown
 from caraml.results import columns as cols
-from caraml.results.aggregate import Point, group, load, matches, parse_where
-from caraml.results.table import Table, fit
+from caraml.results import presets
+from caraml.results import table as table_mod
+from caraml.results.aggregate import Point, group, load, matches, parse_where, throughput_of
+from caraml.results.table import Table, fit, render_tables, text_width
 
 
 @dataclass
@@ -92,27 +95,53 @@ def _knows(workload: str, points: list[Point], key: str) -> bool:
 def result_table(workload: str, points: list[Point], names: list[str] | None = None,
                  width: int | None = None) -> Table:
     """The table of a workload's points: the columns named, else the default ones and a column for each parameter
-    that differs between the rows. `width`: fit the text table to it (fit), keeping the columns named, the
-    configuration that differs, throughput and status."""
+    that differs between the rows (those that differ only by the rows' presets as one Preset column; how a point
+    was measured never). `width`: fit the text table to it (fit), the identity columns (system and the
+    configuration that differs) first and kept, as are the columns named, throughput and status."""
     everything = columns_of(workload, points)
     columns = cols.choose(everything, names, workload, points)
     # rows that differ in a parameter no column shows would look alike; in the engine, even beside --columns
     extra = cols.telling_apart(everything, columns, points) if names else cols.varying(everything, columns, points)
     last_config = max((i for i, c in enumerate(columns) if c.config), default=-1)
     columns = columns[:last_config + 1] + extra + columns[last_config + 1:]
-    rows = [[c.get(p) for c in columns] for p in points]
+    folded: list[cols.Column] = []
+    if not names:
+        columns, folded = presets.fold(workload, columns, points)
+    identity = {c.key for c in columns if c.config and (c.key in ("system", presets.KEY) or cols.differs(c, points))}
+    if width:  # who each row is, before what it measured
+        columns = [c for c in columns if c.key in identity] + [c for c in columns if c.key not in identity]
+    gpus = cols.on_gpus(points)
     table = Table(title=workload, keys=[c.key for c in columns], headers=[c.header for c in columns],
-                  styles=[c.style for c in columns], rows=rows,
+                  styles=[c.style for c in columns], rows=[[cols.cell(c, p) for c in columns] for p in points],
                   extras=[{"workload": workload, "id": p.id, "run_ids": [r.get("run_id") for r in p.records]}
-                          for p in points], text_headers=[cols.text_header(c) for c in columns])
+                          for p in points], text_headers=[cols.text_header(c, gpus) for c in columns],
+                  notes=presets.notes(folded, points))
+    _interrupted(table, points)
     if width:
-        keep = set(table.keys) if names else {"throughput", "status"} | {c.key for c in columns if c.config and len(
-            {repr(c.get(p)) for p in points}) > 1}
+        keep = set(table.keys) if names else {"throughput", "status"} | identity
         keep |= {k for k in _SPREADS if k in table.keys and any(_unsteady(k, v) for v in _column(table, k))}
         # a flag under the table needs its column
         table = fit(table, width, keep=keep, config={c.key for c in columns if c.config}, prefer=cols.HEADLINE)
     _flag(table, points)
     return table
+
+
+INTERRUPTED = "interrupted: over its measured steps (the run stopped before its window ended)"
+
+
+def _interrupted(table: Table, points: list[Point]) -> None:
+    """The throughput of a row whose runs were all interrupted, over the steps they measured, marked '*' in the
+    text table and the report (CSV, JSON and Markdown keep no figure: it is not a full window's)."""
+    if "throughput" not in table.keys:
+        return
+    j = table.keys.index("throughput")
+    for i, p in enumerate(points):
+        cut = [v for v in (throughput_of(r) for r in p.records if r.get("status") == "interrupted") if v is not None]
+        if table.rows[i][j] is None and cut:
+            table.shows[(i, "throughput")] = statistics.median(cut)
+            table.marks[(i, "throughput")] = "*"
+    if any(k[1] == "throughput" for k in table.shows):
+        table.notes.append(f"* {INTERRUPTED}")
 
 
 # Spreads flagged in the text table: key -> (threshold, footnote after "! <Header> above N%: ").
@@ -163,8 +192,13 @@ def _column(table: Table, key: str) -> list:
 
 
 def _short(text: str, limit: int = 100) -> str:
+    """`text` on one line of at most about `limit` characters; cut, it ends in '…' and closes the parentheses
+    it cut into."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1].rstrip()
+    return cut + "…" + ")" * max(0, cut.count("(") - cut.count(")"))
 
 
 def result_tables(points: list[Point], names: list[str] | None = None, width: int | None = None) -> list[Table]:
@@ -181,5 +215,26 @@ def result_tables(points: list[Point], names: list[str] | None = None, width: in
         columns = columns_of(workload, pts)
         pts = sorted(pts, key=cols.sort_key(columns))
         mine = [n for n in names if cols.resolve(columns, n, pts)] if names else None
-        tables.append(result_table(workload, pts, mine, width))
+        tables += _fitted(workload, pts, mine, width)
     return tables
+
+
+def _fitted(workload: str, points: list[Point], names: list[str] | None, width: int | None) -> list[Table]:
+    """The workload's table; where it cannot fit `width` (its identity alone too wide), one table per system."""
+    table = result_table(workload, points, names, width)
+    systems = list(dict.fromkeys(p.system for p in points))
+    if not width or text_width(table) <= width or len(systems) < 2:
+        return [table]
+    out = []
+    for system in systems:
+        one = result_table(workload, [p for p in points if p.system == system], names, width)
+        one.title = f"{workload} on {system}"
+        out.append(one)
+    return out
+
+
+def render(records: list[dict], fmt: str) -> str:
+    """Records as one table per workload (repeats of a configuration collapsed); `caraml run` prints this (fitted
+    to the width of the terminal, or to COLUMNS, as `caraml result` does)."""
+    width = table_mod.terminal_width() if fmt == "table" else None
+    return render_tables(result_tables(group(records), width=width), fmt)

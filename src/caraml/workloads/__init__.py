@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from caraml.errors import BadInput, did_you_mean, shown
-from caraml.params import Param, params_of, read_config
+from caraml.params import Param, id_view, params_of, read_config
 
 _REGISTERED: dict[str, "Workload"] = {}
 
@@ -78,6 +78,13 @@ class Workload:
             return {p.name: values[p.name] for p in self.params if p.name in values}
         from_params = getattr(self.config, "from_params", None)
         return from_params(values) if from_params is not None else read_config(self.config, values)
+
+    def identifying(self, values: dict[str, Any]) -> dict[str, Any]:
+        """What a configuration id hashes of these values (caraml.results.record.config_id): the workload's name
+        and its parameters less the measurement settings, quiet defaults and retyped values as they were."""
+        from caraml.settings import identity
+
+        return {"workload": self.name, "params": id_view(self.params, identity(values))}
 
     def parallel_dims(self, config, world: int):
         from caraml.parallel_dims import ParallelDims

@@ -29,10 +29,6 @@ from caraml.workloads import Col, Workload, register
 from caraml.workloads.fno.config import FNOConfig
 from caraml.workloads.fno.problems import PROBLEMS, shape_text
 
-# CARAML's config file per problem (operator_learning/config/...; its table's Config column)
-CARAML_CONFIG_FILES = {"PIC1D": "electrostatic_plasma1d_pic.yaml", "PIC2D": "electrostatic_plasma2d_pic.yaml",
-                       "RBC2D": "rbc2d_dedalus.yaml", "RBC3D": "rbc3d_pysdc.yaml"}
-
 
 def _smoke(problem: str, **extra) -> dict[str, Any]:
     """Tiny shapes: a train and an eval run each take a few seconds on two CPU cores."""

@@ -27,10 +27,11 @@ from caraml.kit.optim import kernel_flags
 from caraml.kit.precision import autocast, grad_scaler, matmul_tf32_allowed, precision_in_use
 from caraml.kit.step import backward_and_step
 from caraml.measure.timing import figure_spread
-from caraml.workloads.fno import CARAML_CONFIG_FILES, files, flops
+from caraml.workloads.fno import files, flops
 from caraml.workloads.fno.config import COMPILE_MODES, FNOConfig
 from caraml.workloads.fno.model import build_model, count_parameters
 from caraml.workloads.fno.problems import (
+    CARAML_CONFIG_FILES,
     STEP_LR,
     TRAIN_FRACTION,
     Problem,

@@ -21,6 +21,11 @@ from caraml.workloads.fno.problems import (
 )
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _compiled(values: dict) -> bool:
+    """compile_mode and compile_scope apply only where something is compiled."""
+    return values.get("compile", "none") != "none"
 DATA_PATHS = ("synthetic", "file", "synthetic-host", "auto")
 CARAML_VERSIONS = ("none", "2025.02", "2026.02")
 
@@ -87,11 +92,11 @@ class FNOConfig:
     # reduce-overhead by default: an FNO step is hundreds of small kernels, and CUDA graphs replay them as one
     # (RBC2D training on an H200: 2.5x eager, where mode default gave 1.06x). CARAML's suite names its modes.
     compile_mode: str = setting("reduce-overhead", "torch.compile mode for compile=inductor (reduce-overhead: CUDA "
-                                "graphs)", choices=COMPILE_MODES, headline=True)
+                                "graphs)", choices=COMPILE_MODES, headline=True, applies=_compiled)
     compile_scope: str = setting("model", "model (the whole operator, FFTs included), pointwise (FFTs and spectral "
                                  "products left eager), step (the whole train step with Adam), epoch (step, and "
                                  "CARAML's whole train epoch as its torch.compile(self.train))",
-                                 choices=("model", "pointwise", "step", "epoch"))
+                                 choices=("model", "pointwise", "step", "epoch"), applies=_compiled)
     compile_report: bool = setting(False, "CARAML's fno_compile.py table in the record: inference time of eager and "
                                    "each compile mode (5 iterations, mean of 2-4) and the speedup, after the "
                                    "steady-state measurement")

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+# CARAML's config file per problem (operator_learning/config/...; its table's Config column)
+CARAML_CONFIG_FILES = {"PIC1D": "electrostatic_plasma1d_pic.yaml", "PIC2D": "electrostatic_plasma2d_pic.yaml",
+                       "RBC2D": "rbc2d_dedalus.yaml", "RBC3D": "rbc3d_pysdc.yaml"}
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -4,7 +4,7 @@
 owns timing, warm-up and the record. Two conventions: `steady` (ours: the harness's steady-state images/s) and
 `caraml-epochs` (also CARAML's figure: FakeData epochs of train + validation, images/s = data set size / epoch
 time, mean after the warm-up epochs, run as the harness's extra phase and stoppable at every step; epochs.py),
-reported apart as `caraml_images_per_s`. With `backend=poptorch` the same workload runs on Graphcore IPUs
+reported apart as `caraml_images_per_s`. With `engine=poptorch` the same workload runs on Graphcore IPUs
 (CARAML's GC200 runs; ipu.py).
 
 Declaring the workload imports no torch: its parameters are the fields of its typed config (config.py); the Bench
@@ -45,7 +45,7 @@ PRESETS = {
 def check_launch(cfg: ClassificationConfig, devices: int) -> str | None:
     problem = check_combination(cfg)
     if problem is None and cfg.ipu and devices != 1:
-        problem = (f"backend=poptorch drives all IPUs from one process (replicas={cfg.replicas}); "
+        problem = (f"engine=poptorch drives all IPUs from one process (replicas={cfg.replicas}); "
                    f"launch 1 process, not {devices}")
     return problem
 
@@ -55,7 +55,7 @@ def check_device(cfg: ClassificationConfig, device) -> None:
     if problem:
         raise BadInput(problem)
     if cfg.ipu:
-        from caraml.workloads.image_classification.ipu import require_poptorch
+        from caraml.kit.ipu import require_poptorch
 
         require_poptorch()
         return
@@ -102,7 +102,7 @@ WORKLOAD = register(Workload(
              Col("queue", "Queue", "shared:queue", default=False),
              Col("runtime_s", "Runtime(s)", "shared:runtime_s", default=False),
              Col("model", "Model", "param:model"),
-             Col("backend", "Backend", "param:backend", default="if-differs", shows=lambda v, _: v or "torch"),
+             Col("engine", "Engine", "param:engine", default="if-differs", shows=lambda v, _: v or "torch"),
              Col("dataset", "Dataset", "metric:dataset", "word", default=False),
              "nodes", "devices",
              Col("tasks_per_node", "Tasks/Node", "shared:tasks_per_node", default=False),

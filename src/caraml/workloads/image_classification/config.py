@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from caraml.kit.compile import TORCH_COMPILERS
 from caraml.kit.optim import KERNELS
 from caraml.params import setting
 
@@ -21,7 +22,7 @@ COMPILERS = ("none", "inductor", "aot_eager", "trace")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_SCOPES = ("model", "step")
 DATA = ("synthetic-host", "synthetic-device")
-BACKENDS = ("torch", "poptorch")
+ENGINES = ("torch", "poptorch")
 
 
 @lru_cache(maxsize=1)
@@ -52,12 +53,12 @@ class ClassificationConfig:
     batch_size: int = setting(64, "images per device per step (poptorch: per replica per micro-batch)", minimum=1,
                               headline=True)
     precision: str = setting("fp32", "fp32, tf32 (matmul/conv in TF32), fp16 (autocast+GradScaler), bf16 "
-                             "(autocast); IPU (backend=poptorch): 16.16, 16.32, 32.32 (model.partials)",
+                             "(autocast); IPU (engine=poptorch): 16.16, 16.32, 32.32 (model.partials)",
                              choices=PRECISIONS + IPU_PRECISIONS, headline=True)
     compile: str = setting("none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS,
                            headline=True)
     compile_mode: str = setting("default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES,
-                                headline=True)
+                                headline=True, applies=lambda values: values.get("compile") in TORCH_COMPILERS)
     compile_scope: str = setting("model", "compile the model, or the whole train step", choices=COMPILE_SCOPES)
     channels_last: bool = setting(False, "NHWC memory format for model and inputs", headline=True)
     data: str = setting("synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",
@@ -89,8 +90,9 @@ class ClassificationConfig:
     lr_step_epochs: int = setting(10, "caraml-epochs: StepLR period in epochs (0: constant learning rate)",
                                   minimum=0)
     lr_gamma: float = setting(0.1, "caraml-epochs: StepLR factor", minimum=0.0)
-    backend: str = setting("torch", "torch, or poptorch (Graphcore IPUs through PopTorch, as CARAML's GC200 runs)",
-                           choices=BACKENDS)
+    # formerly `backend`: stored records and their ids keep that name (aliases, id_name)
+    engine: str = setting("torch", "torch, or poptorch (Graphcore IPUs through PopTorch, as CARAML's GC200 runs); "
+                          "backend: its former name", choices=ENGINES, aliases=("backend",), id_name="backend")
     replicas: int = setting(1, "poptorch: model replicas over the IPUs (data parallel inside one process)",
                             minimum=1)
     grad_accumulation: int = setting(1, "poptorch: micro-batches accumulated per weight update (the LLM's name; "
@@ -104,7 +106,7 @@ class ClassificationConfig:
 
     @property
     def ipu(self) -> bool:
-        return self.backend == "poptorch"
+        return self.engine == "poptorch"
 
     @property
     def epochs_asked(self) -> bool:
@@ -121,18 +123,18 @@ def check_combination(cfg: ClassificationConfig) -> str | None:
     """What is wrong with parameters that each are valid but do not go together (checked before any run)."""
     if cfg.ipu:
         if cfg.precision not in IPU_PRECISIONS:
-            return (f"backend=poptorch runs the IPU precisions {', '.join(IPU_PRECISIONS)}, not "
+            return (f"engine=poptorch runs the IPU precisions {', '.join(IPU_PRECISIONS)}, not "
                     f"precision={cfg.precision}")
         if cfg.compile != "none":
-            return f"backend=poptorch compiles for the IPU itself; use compile=none, not compile={cfg.compile}"
+            return f"engine=poptorch compiles for the IPU itself; use compile=none, not compile={cfg.compile}"
         if cfg.stem_pad_channels:
-            return (f"stem_pad_channels={cfg.stem_pad_channels} shapes the stem for cuDNN (backend=torch); use "
-                    "stem_pad_channels=0 with backend=poptorch")
+            return (f"stem_pad_channels={cfg.stem_pad_channels} shapes the stem for cuDNN (engine=torch); use "
+                    "stem_pad_channels=0 with engine=poptorch")
         return None
     if cfg.precision in IPU_PRECISIONS:
-        return f"precision={cfg.precision} is a Graphcore IPU precision; it needs backend=poptorch"
+        return f"precision={cfg.precision} is a Graphcore IPU precision; it needs engine=poptorch"
     for name in ("replicas", "grad_accumulation"):
         value = getattr(cfg, name)
         if value != 1:
-            return f"{name}={value} applies to backend=poptorch only (torch runs one process per device)"
+            return f"{name}={value} applies to engine=poptorch only (torch runs one process per device)"
     return None

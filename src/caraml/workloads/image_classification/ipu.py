@@ -14,6 +14,7 @@ import statistics
 import time
 
 from caraml.errors import BadInput
+from caraml.kit.ipu import require_one_process, require_poptorch
 from caraml.measure.timing import figure_spread
 
 # CARAML's gradient accumulation by global batch size (image_classification_torch_benchmark.xml, ipu_gas).
@@ -38,16 +39,6 @@ def precision_types(precision: str) -> tuple[str, str]:
     if precision not in PRECISIONS:
         raise BadInput(f"precision={precision} is not an IPU precision; choose one of: {', '.join(PRECISIONS)}")
     return PRECISIONS[precision]
-
-
-def require_poptorch():
-    try:
-        import poptorch
-    except ImportError:
-        raise BadInput("backend=poptorch needs Graphcore's poptorch (the Poplar SDK), which is not importable here; "
-                       "run on a GC200 host inside the SDK's container (caraml container pull --system GC200), "
-                       "or use backend=torch") from None
-    return poptorch
 
 
 def ipu_options(poptorch, cfg, seed: int):
@@ -79,8 +70,7 @@ class IpuBench:
         from caraml.workloads.image_classification.model import make_model
 
         poptorch = require_poptorch()
-        if ctx.dist.world_size != 1:
-            raise BadInput("backend=poptorch runs one process that drives all IPUs (replicas); launch one process")
+        require_one_process(ctx.dist.world_size)
         self.cfg = cfg
         torch.manual_seed(ctx.seed)
         half = precision_types(cfg.precision)[0] == "half"

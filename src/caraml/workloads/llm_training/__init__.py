@@ -12,7 +12,7 @@ from __future__ import annotations
 from caraml.errors import BadInput
 from caraml.kit import torch_features as tf
 from caraml.workloads import Col, Workload, register
-from caraml.workloads.llm_training import backend, ipu
+from caraml.workloads.llm_training import engines
 from caraml.workloads.llm_training.config import ModelShape, TrainingConfig
 
 # CARAML's runs: Megatron with rope, selective recompute, sequence parallelism, its distributed optimizer (ZeRO-1),
@@ -49,11 +49,13 @@ PRESETS = {
 }
 
 
-def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
-    """What makes this model and batch impossible on `devices` processes, in one line; None when it fits."""
+def check_launch(cfg: TrainingConfig, devices: int) -> str | None:
+    """What makes this model and batch impossible on `devices` processes with its engine, in one line; None when
+    it fits."""
     m, b, par = cfg.model, cfg.batch, cfg.parallel
     tp, pp = par.tp, par.pp
-    unsupported = backend.option_problem(cfg)
+    engine = engines.chosen(cfg)
+    unsupported = engine.problem(cfg, devices)
     if unsupported:
         return unsupported
     if devices % (tp * pp):
@@ -77,7 +79,7 @@ def layout_problem(cfg: TrainingConfig, devices: int) -> str | None:
         return f"seq_length={m.seq_length} exceeds max_position_embeddings={m.max_position_embeddings}"
     if par.sequence_parallel and tp > 1 and m.seq_length % tp:
         return f"sequence_parallel needs seq_length={m.seq_length} to be a multiple of tp={tp}"
-    problem = _training_problem(cfg, dp)
+    problem = _training_problem(cfg, dp) if engine.torch_step else None
     if problem:
         return problem
     derived = b.global_batch(dp)
@@ -93,8 +95,8 @@ def speed_problem(cfg: TrainingConfig, dp: int) -> str | None:
     from caraml.workloads.llm_training import fp8
 
     c, tp, pp = cfg.compute, cfg.parallel.tp, cfg.parallel.pp
-    if c.precision == "fp8" and fp8.layout_problem(tp):
-        return fp8.layout_problem(tp)
+    if c.precision == "fp8" and fp8.tensor_parallel_problem(tp):
+        return fp8.tensor_parallel_problem(tp)
     if c.precision != "fp8" and fp8.settings_problem(c):
         return fp8.settings_problem(c)
     if c.precision == "fp8" and c.gelu_epilogue:
@@ -113,10 +115,9 @@ def speed_problem(cfg: TrainingConfig, dp: int) -> str | None:
 
 
 def _training_problem(cfg: TrainingConfig, dp: int) -> str | None:
-    """Dropout, mixed precision and optimizer settings that cannot work together, in one line; None when they can."""
+    """Dropout, mixed precision and optimizer settings that cannot work together in a torch engine's step, in one
+    line; None when they can."""
     c, par = cfg.compute, cfg.parallel
-    if cfg.engine.poptorch:
-        return _ipu_problem(cfg, dp)
     for name in ("attention_dropout", "hidden_dropout"):
         if getattr(c, name) >= 1.0:
             return f"{name}={getattr(c, name):g} drops everything; give a probability below 1 (CARAML's 0.1)"
@@ -125,17 +126,6 @@ def _training_problem(cfg: TrainingConfig, dp: int) -> str | None:
                 "which FSDP2's sharded parameters cannot hold; give distributed_optimizer=zero1 (Megatron's) or off, "
                 "or mixed_precision=autocast")
     return caraml_problem(cfg)
-
-
-def _ipu_problem(cfg: TrainingConfig, dp: int) -> str | None:
-    """What backend=poptorch cannot run, in one line: one process, no tp/pp of ours, the layers laid out over the
-    IPUs, our steady state only."""
-    if dp != 1 or cfg.parallel.tp != 1 or cfg.parallel.pp != 1:
-        return ("backend=poptorch drives all IPUs from one process (replicas, ipus_per_replica); launch one process "
-                "with tp=1 pp=1")
-    if cfg.caraml.logs:
-        return "backend=poptorch measures our steady state only; give convention=steady"
-    return ipu.layout_problem(cfg.model.num_layers, cfg.ipu.ipus_per_replica, cfg.ipu.layers_per_ipu)
 
 
 # The 800M shape differs between CARAML's versions: 8 heads in 2024.01, 16 in the newest 2025.01.
@@ -216,31 +206,15 @@ def dims(cfg: TrainingConfig, world: int):
     """The layout of `world` processes: dp = world / (tp x pp), after the model and batch checks."""
     from caraml.parallel_dims import ParallelDims
 
-    problem = layout_problem(cfg, world)
+    problem = check_launch(cfg, world)
     if problem:
         raise BadInput(f"llm_training: {problem}")
     return ParallelDims.split(world, cfg.parallel.tp, cfg.parallel.pp)
 
 
 def check_device(cfg: TrainingConfig, device) -> None:
-    """Before anything starts: the precision runs on this device, and data=oscar finds its reader and files."""
-    import os
-
-    from caraml.kit.precision import check_precision
-
-    if cfg.engine.poptorch:
-        ipu.require_poptorch()
-        return
-    if cfg.compute.precision == "fp8":
-        from caraml.workloads.llm_training import fp8
-
-        fp8.check(device)
-    check_precision(cfg.compute.precision, device)
-    backend.check_installed(cfg, device)
-    if cfg.dataset.data == "oscar":
-        from caraml.workloads.llm_training.data import check_indexed
-
-        check_indexed(cfg.dataset, os.environ.get("CARAML_DATA"), cfg.model.vocab_size)
+    """Before anything starts: the engine finds what it needs on this device (engines.py)."""
+    engines.chosen(cfg).check_device(cfg, device)
 
 
 def torch_features(cfg: TrainingConfig, dims) -> tuple:
@@ -253,20 +227,12 @@ def torch_features(cfg: TrainingConfig, dims) -> tuple:
 
 
 def build(cfg: TrainingConfig, ctx):
-    if cfg.engine.backend == "megatron-core":
-        from caraml.workloads.llm_training.megatron_core import MegatronBench
-
-        return MegatronBench(cfg, ctx)
-    if cfg.engine.poptorch:
-        return ipu.IpuGPTBench(cfg, ctx)
-    from caraml.workloads.llm_training.bench import GPTBench
-
-    return GPTBench(cfg, ctx)
+    return engines.chosen(cfg).build(cfg, ctx)
 
 
 WORKLOAD = register(Workload(
     name="llm_training", unit="tokens", presets=PRESETS, build=build, config=TrainingConfig,
-    check_device=check_device, check_launch=layout_problem, dims=dims, torch_features=torch_features,
+    check_device=check_device, check_launch=check_launch, dims=dims, torch_features=torch_features,
     description="GPT pre-training, Megatron's recipe in PyTorch (tensor, pipeline, data parallel)",
     # CARAML's columns (its jube result's, in its order), then ours (MFU, Tokens/Wh, ...). CARAML's headers carry
     # CARAML's figures (convention=caraml-log; shown where a run has them), ours our steady figures.
@@ -278,8 +244,8 @@ WORKLOAD = register(Workload(
              Col("runtime_min", "Runtime(min)", "shared:runtime_min", default=False),
              Col("model", "Model", "label:model", default=False),
              Col("model_size", "ModelSize", "param:model_size"),
-             # the engine, wherever the rows differ in it (records from before backend existed: native)
-             Col("backend", "Backend", "param:backend", default="if-differs", shows=lambda v, _: v or "native"),
+             # the engine, wherever the rows differ in it (records from before it was a setting: native)
+             Col("engine", "Engine", "param:engine", default="if-differs", shows=lambda v, _: v or "native"),
              Col("dataset", "Dataset", "metric:dataset", "word", default=False),
              "nodes", "devices", "global_batch_size",
              Col("pp", "PipelineParallel", "param:pp", "int"), Col("tp", "TensorParallel", "param:tp", "int"),

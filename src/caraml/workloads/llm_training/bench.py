@@ -13,7 +13,6 @@ import math
 import statistics
 import time
 from contextlib import nullcontext
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -399,7 +398,7 @@ class GPTBench:
             "throughput_convention": "steady-state: tokens of the measured steps / their wall time",
             "caraml_config": self.cfg.caraml.caraml_config,
             "model": "GPT",
-            "ipu": None,  # backend=poptorch's layout (ipu.py)
+            "ipu": None,  # engine=poptorch's layout (ipu.py)
             "dataset": "OSCAR" if self.cfg.dataset.data == "oscar" else "synthetic",
             # CARAML's time_to_report_in_seconds: 20M tokens at its Tokens/second (caraml-log only)
             "time_to_report_s": (out["caraml_log"] or {}).get("time_to_report_s"),
@@ -439,18 +438,3 @@ class GPTBench:
     def close(self) -> None:
         self.data = None
 
-
-def train_losses(overrides: dict[str, Any], steps: int, preset: str | None = "smoke",
-                 device: str = "cpu") -> list[float]:
-    """Train `steps` iterations in this process and return each iteration's global-batch mean loss: the same on
-    every rank. With WORLD_SIZE > 1 (torchrun) the process group must be up; the layout comes from tp and pp.
-    For comparing layouts: the same model, seed and global batch give the same losses in every layout."""
-    from caraml.runner import RunSpec, build_bench
-
-    bench = build_bench(RunSpec("llm_training", dict(overrides), preset), device=device)
-    try:
-        for _ in range(steps):
-            bench.step()
-        return bench.loss_values()
-    finally:
-        bench.close()

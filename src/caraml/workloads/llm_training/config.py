@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass, field
 
 from caraml.params import setting
-from caraml.workloads.llm_training.backend import BACKENDS, INSTALL, SPECS
 from caraml.workloads.llm_training.caraml_log import CONVENTIONS, LOG_INTERVAL
+from caraml.workloads.llm_training.engine_names import INSTALL, NAMES, SPECS
 from caraml.workloads.llm_training.fp8 import RECIPES as FP8_RECIPES
 from caraml.workloads.llm_training.ipu import CARAML_IPU
 from caraml.workloads.llm_training.sizes import padded_vocab
@@ -195,18 +195,16 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    backend: str = setting("native", "native (this package's model and loop, on GPUs and CPUs), megatron-core "
-                           "(CARAML's engine: Megatron's GPTModel, optimizer and schedules; " + INSTALL + ") "
-                           "or poptorch (Graphcore IPUs through PopTorch, as CARAML's GC200 runs: one process, the "
-                           "blocks pipelined over the IPUs of a replica)", choices=BACKENDS, headline=True,
-                           identifies_at_default=False)
-    megatron_spec: str = setting("auto", "backend=megatron-core's layers: te (Transformer Engine), local "
+    # formerly `backend`: stored records and their ids keep that name (aliases, id_name)
+    engine: str = setting("native", "native (this package's model and loop, on GPUs and CPUs), megatron-core "
+                          "(CARAML's engine: Megatron's GPTModel, optimizer and schedules; " + INSTALL + ") "
+                          "or poptorch (Graphcore IPUs through PopTorch, as CARAML's GC200 runs: one process, the "
+                          "blocks pipelined over the IPUs of a replica); backend: its former name",
+                          choices=NAMES, headline=True, identifies_at_default=False, aliases=("backend",),
+                          id_name="backend")
+    megatron_spec: str = setting("auto", "engine=megatron-core's layers: te (Transformer Engine), local "
                                  "(megatron-core's own), auto (te where transformer_engine imports)",
                                  choices=SPECS, identifies_at_default=False)
-
-    @property
-    def poptorch(self) -> bool:
-        return self.backend == "poptorch"
 
 
 @dataclass(frozen=True)
@@ -263,6 +261,6 @@ class TrainingConfig:
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     dataset: DataConfig = field(default_factory=DataConfig)
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    runtime: EngineConfig = field(default_factory=EngineConfig)  # which engine, and megatron-core's layers
     ipu: IpuConfig = field(default_factory=IpuConfig)
     caraml: CaramlConvention = field(default_factory=CaramlConvention)

@@ -77,7 +77,8 @@ def check(device) -> None:
         raise BadInput(f"llm_training: {problem}")
 
 
-def layout_problem(tp: int) -> str | None:
+def tensor_parallel_problem(tp: int) -> str | None:
+    """Why precision=fp8 cannot run with this tensor-parallel size, in one line; None when it can."""
     if tp > 1:
         return (f"precision=fp8 runs with tp=1 (torchao's float8 tensor-parallel styles are not wired here); "
                 f"this layout has tp={tp}: use precision=bf16, or tp=1")

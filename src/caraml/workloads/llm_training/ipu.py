@@ -18,6 +18,7 @@ import math
 import time
 
 from caraml.errors import BadInput
+from caraml.kit.ipu import require_one_process, require_poptorch
 
 # CARAML's llm_benchmark_ipu.yaml (2024.01)
 CARAML_IPU = {"replicas": 1, "ipus_per_replica": 4, "layers_per_ipu": "0 4 4 4", "micro_batch_size": 1,
@@ -36,7 +37,7 @@ def layers_per_ipu(text: str) -> list[int]:
     return counts
 
 
-def layout_problem(num_layers: int, ipus_per_replica: int, text: str) -> str | None:
+def placement_problem(num_layers: int, ipus_per_replica: int, text: str) -> str | None:
     """Why these layers cannot be laid out over the IPUs of one replica, in one line; None when they can."""
     try:
         counts = layers_per_ipu(text)
@@ -71,16 +72,6 @@ def learning_rate(update: int, total_updates: int, peak: float, warmup_fraction:
     return 0.5 * peak * (1.0 + math.cos(math.pi * ratio))
 
 
-def require_poptorch():
-    try:
-        import poptorch
-    except ImportError:
-        raise BadInput("backend=poptorch needs Graphcore's poptorch (the Poplar SDK), which is not importable here; "
-                       "run on a GC200 host inside the SDK's container (caraml container pull --system GC200), "
-                       "or use backend=native") from None
-    return poptorch
-
-
 class IpuGPTBench:
     """One PopTorch training model of the GPT of model.py, pipelined over one replica's IPUs; `step()` is one
     host call: device_iterations optimizer steps."""
@@ -95,8 +86,7 @@ class IpuGPTBench:
         from caraml.workloads.llm_training.model import GPT, GPTConfig, init_weights
 
         poptorch = require_poptorch()
-        if ctx.dims.world != 1:
-            raise BadInput("backend=poptorch runs one process that drives all IPUs (replicas); launch one process")
+        require_one_process(ctx.dims.world)
         self.cfg, ipu = cfg, cfg.ipu
         torch.manual_seed(ctx.seed)
         model_cfg = GPTConfig.of(cfg)

@@ -1,4 +1,4 @@
-"""backend=megatron-core: CARAML's engine (NVIDIA's megatron-core) trains the GPT, our harness measures it.
+"""engine=megatron-core: CARAML's engine (NVIDIA's megatron-core) trains the GPT, our harness measures it.
 
 Megatron-LM's training step, built from megatron-core's parts as Megatron-LM's `pretrain` builds it:
 `parallel_state` from our `ParallelDims` (the same rank order: tp innermost, then dp, then pp), `GPTModel`
@@ -6,11 +6,11 @@ with Transformer Engine's layer spec or megatron-core's local one, `Float16Modul
 half precision, fp32 main copies in the optimizer), Megatron's `DistributedDataParallel` and optimizer
 (`distributed_optimizer=zero1`: its distributed optimizer, optimizer state sharded over the replicas), its
 dynamic loss scaler with CARAML's settings, its learning-rate scheduler, and its forward-backward schedule
-(1F1B when pp > 1). The batches come from the same data reader as the native backend, and the weights start
+(1F1B when pp > 1). The batches come from the same data reader as the native engine, and the weights start
 from the same numbers: every part is initialised by model.py's `init_weights` and copied into Megatron's layout
-(`MegatronLayout`), so the two backends can be compared loss for loss.
+(`MegatronLayout`), so the two engines can be compared loss for loss.
 
-Imports torch and megatron-core; backend.py holds the torch-free checks that run first.
+Imports torch and megatron-core; engines.py holds the torch-free checks that run first.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from caraml.contract import RunContext
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import sizes
-from caraml.workloads.llm_training.backend import te_available
 from caraml.workloads.llm_training.bench import ADAM_BETAS, ADAM_EPS, GPTBench
 from caraml.workloads.llm_training.config import TrainingConfig
+from caraml.workloads.llm_training.engine_names import te_available
 from caraml.workloads.llm_training.fast_paths import FastPaths
 from caraml.workloads.llm_training.model import Block, Embedding, GPTConfig, init_weights
 from caraml.workloads.llm_training.parallel import ParallelPlan, stage_layers
@@ -161,15 +161,15 @@ class MegatronBench(GPTBench):
         self.accumulation, self.micro = cfg.batch.grad_accumulation, cfg.batch.micro_batch_size
         self.distributed = ctx.dims.world > 1
         self.compile_scope, self.scaler = None, None  # Megatron's optimizer holds the fp16 loss scaler
-        self.fast = FastPaths(cfg.compute, ctx.device)  # none taken (option_problem refuses them): the record says so
+        self.fast = FastPaths(cfg.compute, ctx.device)  # none taken (engines.py refuses them): the record says so
         distributed_optimizer = cfg.parallel.distributed_optimizer != "off"  # Megatron's own for zero1 and fsdp
         self.plan = ParallelPlan(sequence_parallel=cfg.parallel.sequence_parallel and ctx.dims.tp > 1,
                                  loss_parallel=ctx.dims.tp > 1,
                                  dp_mode="megatron-distributed-optimizer" if distributed_optimizer else "megatron-ddp")
         self._own_group = self._start_process_group()
         self._start_parallel_state(parallel_state)
-        self.spec = "te" if cfg.engine.megatron_spec == "te" or (
-            cfg.engine.megatron_spec == "auto" and te_available()) else "local"
+        self.spec = "te" if cfg.runtime.megatron_spec == "te" or (
+            cfg.runtime.megatron_spec == "auto" and te_available()) else "local"
         self.config = self._transformer_config()
         self.model = self._model()
         self.optimizer, self.scheduler = self._megatron_optimizer()

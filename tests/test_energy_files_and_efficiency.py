@@ -1,5 +1,5 @@
-"""Energy files, energy sources and the scaling plot's efficiency: review round 2's mutations that no test caught
-(issue 20, 6). The fixtures avoid the symmetric cases that hid them: nodes listed out of rank order, a counter
+"""Energy files, energy sources and the scaling plot's efficiency, pinned where a changed formula would still pass
+looser tests. The fixtures avoid the symmetric cases that hid them: nodes listed out of rank order, a counter
 that disagrees with the power samples, a baseline of more than one device.
 """
 

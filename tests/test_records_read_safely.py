@@ -8,23 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import caraml, cli_env
+from conftest import caraml, cli_env, run_cli
 from handmade import image, record, write
 
 from caraml.campaign import sweep
-from caraml.cli import main
 from caraml.results import plots
 from caraml.results.select import select
 from caraml.results.store import Store
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def strict(text: str):

@@ -6,10 +6,10 @@ import json
 import time
 
 import pytest
+from conftest import run_cli
 
 from caraml import params, systems
 from caraml.campaign import expr, state, sweep
-from caraml.cli import main
 from caraml.errors import BadInput
 
 ID = lambda value: repr(value)[-40:]  # noqa: E731 (test ids: the end of a long input says what it is)
@@ -17,16 +17,6 @@ SUITE = """
 workload: image_classification
 preset: smoke
 """
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    """`caraml ARGV` in this process: exit code, stdout, stderr."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(err: str) -> str:

@@ -1,5 +1,5 @@
-"""CARAML's epoch figures of FNO and image classification that review round 2's mutations changed without any test
-failing (issue 20, 6): Timesteps/s over all counted epochs, TrainTimesteps/s over training time only, images/s as
+"""CARAML's epoch figures of FNO and image classification, each pinned where a changed formula would still pass
+looser tests: Timesteps/s over all counted epochs, TrainTimesteps/s over training time only, images/s as
 the mean over epochs. Hand-chosen epoch times that are not all alike, so mean and median, train and train +
 validation, one epoch and several, give different numbers. In process, no training.
 """

@@ -1,4 +1,4 @@
-"""GPT figures and recipe pieces that review round 2's mutations changed without any test failing (issue 20, 6).
+"""GPT figures and recipe pieces, each pinned where a changed formula would still pass looser tests.
 
 In process, CPU, seeded: the CARAML TFLOP/s factor for selective recompute, tokens counted once per replica,
 the loss scaler's growth window after an overflow, the learning rate following optimizer updates (not skipped

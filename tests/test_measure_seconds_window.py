@@ -1,4 +1,4 @@
-"""The harness's measure_seconds window (issue 20, 6): the step count every rank runs comes from the slowest rank's
+"""The harness's measure_seconds window : the step count every rank runs comes from the slowest rank's
 typical warm-up step, the median of the last three, so one compiling first step does not shrink the window.
 In process, a fake process group; no steps are run.
 """
