@@ -27,6 +27,10 @@ import pytest
 from slurm_cluster import slurm_cluster  # noqa: F401 (a session fixture: one cluster for all tests)
 
 ROOT = Path(__file__).resolve().parents[1]
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 set, and a table fits COLUMNS wherever it is set: a test
+# that wants a width sets it itself (monkeypatch), none inherits the worker's.
+for _inherited in ("COLUMNS", "LINES"):
+    os.environ.pop(_inherited, None)
 # In-process imports test this tree too, not an installed copy of caraml elsewhere.
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from handmade import record, write
+from handmade import config_id_of, record, write
 
 from caraml import params as params_mod
 from caraml import workloads
@@ -28,9 +28,7 @@ def run(workload: str, system: str, preset: str | None, given: dict, throughput:
     rec["preset"] = preset
     rec["launch"]["device"] = device
     rec["error"] = "stopped by SIGTERM during measure" if status == "interrupted" else rec["error"]
-    from caraml.results.record import config_id
-
-    rec["id"] = config_id(workload, params, system, 1, 1)
+    rec["id"] = config_id_of(workload, params, system)
     rec["run_id"] = f"{rec['started_at'][:19].replace(':', '').replace('-', '')}-{rec['id']}"
     return rec
 

@@ -311,7 +311,7 @@ def test_the_runner_gives_the_live_log_the_replicas_and_the_world_of_its_layout(
     workload = SimpleNamespace(name="half_second_steps", build=lambda config, ctx: bench)
     run = SimpleNamespace(workload=workload, config=None, measure=MeasureSettings(warmup_steps=1, measure_steps=4))
     setup = runner._Setup(run=run, dist=_FourRanks(), dims=ParallelDims(dp=2, tp=2), device=torch.device("cpu"),
-                          tag="test", profile={"peak_tflops": {"bf16": 16.0}})
+                          tag="test", profile={"peak_tflops": {"bf16": 16.0}}, config_id="0" * 16)
     out = io.StringIO()
     log = LiveLog(fmt="json", interval_s=0.25, stream=out)
     record = SimpleNamespace(status=None, error=None)

@@ -69,21 +69,49 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
     """A file of the problem's real shapes filled with random values; returns its path. Bad input (one line, and
     nothing left behind) for fewer than 2 samples, a negative seed, a file larger than the free disk space, or a
     file already there (CARAML's real data has the same name) unless `overwrite`."""
-    import numpy as np
-
-    h5py = _h5py()
-
+    _h5py()  # a missing h5py is said before anything else
     samples = default_samples(problem) if samples is None else samples
     spatial = tuple(spatial or problem.spatial)
+    folder = Path(out_dir).expanduser()
+    path = folder / problem.file
+    _check_synthetic(problem, folder, path, samples, seed, spatial, overwrite)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise BadInput(f"cannot create the folder {shown(folder)}: {getattr(exc, 'strerror', None) or exc}") from None
+    tmp = path.with_suffix(".h5.partial")
+    done = False
+    try:
+        _write_h5(problem, tmp, samples, seed, spatial)
+        tmp.replace(path)
+        done = True
+    except (OSError, RuntimeError, ValueError, OverflowError) as exc:  # h5py reports a full disk as any of these
+        raise BadInput(f"cannot write {path}: {getattr(exc, 'strerror', None) or _first_line(exc)}") from None
+    except MemoryError:  # a limit the checks could not see
+        raise BadInput(f"{_shape_option(problem, spatial)}: one {problem.name} sample "
+                       f"({_size(sample_memory(problem, spatial))}) does not fit in the memory this process may "
+                       f"use; use a smaller {_smaller(problem, spatial, 0.5)}") from None
+    finally:
+        if not done:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+def _shape_option(problem: Problem, spatial: tuple[int, ...]) -> str:
+    return f"--grid {shape_text(spatial)}" if problem.kind == "grid" else f"--particles {spatial[0]}"
+
+
+def _check_synthetic(problem: Problem, folder: Path, path: Path, samples: int, seed: int, spatial: tuple[int, ...],
+                     overwrite: bool) -> None:
+    """What refuses a synthetic file before anything is written: its counts, a file in its place, a sample larger
+    than the memory, a file larger than the disk's free space."""
     if samples < 2:
         raise BadInput(f"--samples {samples}: the train/validation split needs at least 2 samples")
     if seed < 0:
         raise BadInput(f"--seed {seed}: the seed must be a whole number >= 0")
-    folder = Path(out_dir).expanduser()
-    path = folder / problem.file
     if os.path.lexists(path) and not overwrite:  # a link too, even a dangling one
         raise BadInput(f"{shown(path)} already exists; pass --overwrite to replace it, or give another --out")
-    shape = f"--grid {shape_text(spatial)}" if problem.kind == "grid" else f"--particles {spatial[0]}"
+    shape = _shape_option(problem, spatial)
     memory, room = sample_memory(problem, spatial), available_memory()
     if room is not None and memory > MEMORY_SHARE * room:  # made a sample at a time: one must fit
         raise BadInput(f"{shape}: one {problem.name} sample takes {_size(memory)} of memory to write, more than the "
@@ -97,46 +125,35 @@ def write_synthetic(problem: Problem, out_dir: str | Path, samples: int | None =
                        f"{_size(size)} ({_size(per_sample)} a sample), more than the {_size(free)} free in {folder}; "
                        + (f"use at most --samples {fit}" if fit >= 2 else
                           f"use a smaller {_smaller(problem, spatial, free / (2 * per_sample))}"))
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
-        raise BadInput(f"cannot create the folder {shown(folder)}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _write_h5(problem: Problem, tmp: Path, samples: int, seed: int, spatial: tuple[int, ...]) -> None:
+    """The file's samples (one at a time: RBC3D samples are 2.6 MB each) and CARAML's `infos` group."""
+    import numpy as np
+
+    h5py = _h5py()
     rng = np.random.default_rng(seed)
-    tmp = path.with_suffix(".h5.partial")
-    done = False
-    try:
-        with h5py.File(tmp, "w") as f:
-            inputs = f.create_dataset("inputs", (samples, problem.in_channels, *spatial), dtype="float32")
-            outputs = f.create_dataset("outputs", (samples, problem.out_channels, *spatial), dtype="float32")
-            for i in range(samples):  # a sample at a time: RBC3D samples are 2.6 MB each
-                x = rng.standard_normal((problem.in_channels, *spatial), dtype=np.float32)
-                if problem.position_channels:
-                    x[:problem.position_channels] = rng.uniform(0, DOMAIN, (problem.position_channels, *spatial))
-                inputs[i] = x
-                outputs[i] = rng.standard_normal((problem.out_channels, *spatial), dtype=np.float32)
-            info = f.create_group("infos")
-            info["problem"] = problem.name
-            info["synthetic"] = 1
-            info["nSamples"] = samples
-            info["nSimu"] = 1
-            info["inSize"], info["outStep"], info["inStep"] = 1, 1, 1
-            if problem.kind == "grid":
-                for axis, n in zip("xyz", spatial):
-                    info[f"{axis}Grid"] = np.linspace(0.0, 1.0, n, endpoint=False)
-            else:
-                info["particles"] = spatial[-1]
-                info["domain"] = DOMAIN
-        tmp.replace(path)
-        done = True
-    except (OSError, RuntimeError, ValueError, OverflowError) as exc:  # h5py reports a full disk as any of these
-        raise BadInput(f"cannot write {path}: {getattr(exc, 'strerror', None) or _first_line(exc)}") from None
-    except MemoryError:  # a limit the check above could not see
-        raise BadInput(f"{shape}: one {problem.name} sample ({_size(memory)}) does not fit in the memory this process "
-                       f"may use; use a smaller {_smaller(problem, spatial, 0.5)}") from None
-    finally:
-        if not done:
-            tmp.unlink(missing_ok=True)
-    return path
+    with h5py.File(tmp, "w") as f:
+        inputs = f.create_dataset("inputs", (samples, problem.in_channels, *spatial), dtype="float32")
+        outputs = f.create_dataset("outputs", (samples, problem.out_channels, *spatial), dtype="float32")
+        for i in range(samples):
+            x = rng.standard_normal((problem.in_channels, *spatial), dtype=np.float32)
+            if problem.position_channels:
+                x[:problem.position_channels] = rng.uniform(0, DOMAIN, (problem.position_channels, *spatial))
+            inputs[i] = x
+            outputs[i] = rng.standard_normal((problem.out_channels, *spatial), dtype=np.float32)
+        info = f.create_group("infos")
+        info["problem"] = problem.name
+        info["synthetic"] = 1
+        info["nSamples"] = samples
+        info["nSimu"] = 1
+        info["inSize"], info["outStep"], info["inStep"] = 1, 1, 1
+        if problem.kind == "grid":
+            for axis, n in zip("xyz", spatial):
+                info[f"{axis}Grid"] = np.linspace(0.0, 1.0, n, endpoint=False)
+        else:
+            info["particles"] = spatial[-1]
+            info["domain"] = DOMAIN
 
 
 def sample_memory(problem: Problem, spatial: tuple[int, ...]) -> int:
