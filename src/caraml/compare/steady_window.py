@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from caraml.compare.points import Column, Group, Point
 
-FIXED = ("measure=fixed", "measure_seconds=60")  # the long fixed window: the reference figure
-UNTIL_STEADY = ("measure=until-steady", "measure_ci=0.01", "measure_max_seconds=120")
+FIXED = ("measure=fixed", "measure_seconds=30")  # the longer fixed window: the reference figure
+UNTIL_STEADY = ("measure=until-steady", "measure_ci=0.01", "measure_max_seconds=60")
 
 # CARAML's configuration of each workload, its epochs left out (the steady window is what is compared); the GPT at
 # global batch 16 (CARAML's smallest), where 100 steps take seconds, not the 10 s per step of global batch 512.
@@ -30,8 +30,8 @@ def group(cpu: bool = False) -> Group:
     configs = CPU_CONFIGS if cpu else CONFIGS
     points = []
     for name, config in configs.items():
-        points.append(Point(f"{name}_fixed", config + fixed, expect_s=20 if cpu else 110))
-        points.append(Point(f"{name}_steady", config + steady, expect_s=20 if cpu else 90))
+        points.append(Point(f"{name}_fixed", config + fixed, expect_s=20 if cpu else 70))
+        points.append(Point(f"{name}_steady", config + steady, expect_s=20 if cpu else 70))
     return Group("until-steady", tuple(points), budget_s=540.0)
 
 
