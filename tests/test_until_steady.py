@@ -156,3 +156,19 @@ def test_a_sweep_of_until_steady_points_writes_no_window_length_and_refuses_one_
     assert not any(a.startswith(("measure=", "measure_ci=", "measure_max")) for a in caraml_run_args(fixed, "r"))
     with pytest.raises(BadInput, match="measure_steps=9 conflicts with measure=until-steady"):
         expand(_suite(tmp_path, "  measure: until-steady\n  measure_steps: 9\n"), set(), "CPU")
+
+
+def test_the_window_lasts_its_minimum_seconds_even_when_the_interval_is_narrow_sooner(tmp_path):
+    """A data path or a clock that changes over seconds shows only in a window that long: the interval alone does not
+    end the window before measure_min_seconds."""
+    proc = cli(*TINY_GPT, "measure=until-steady", "measure_ci=0.5", "measure_min_seconds=8", "--results", tmp_path,
+               "--json", check=0)
+    window = json.loads(proc.stdout)["metrics"]["window"]
+    # at ±50 % the interval is there after the minimum 100 steps (milliseconds each); the window runs on to 8 s
+    assert window["stopped_by"] == "interval" and window["seconds"] >= 8.0, window
+
+
+def test_a_minimum_above_the_cap_is_refused_in_one_line(tmp_path):
+    proc = cli(*TINY_GPT, "measure=until-steady", "measure_min_seconds=30", "measure_max_seconds=10", "--results",
+               tmp_path, check=2)
+    assert proc.stderr.count("\n") == 1 and "measure_min_seconds=30 is above measure_max_seconds=10" in proc.stderr

@@ -12,7 +12,7 @@ UNTIL_STEADY = ("measure=until-steady", "measure_ci=0.01", "measure_max_seconds=
 # global batch 16 (CARAML's smallest), where 100 steps take seconds, not the 10 s per step of global batch 512.
 CONFIGS = {
     "ic": ("image_classification", "--preset", "caraml", "convention=steady"),
-    "gpt": ("llm_training", "--preset", "800M-2024", "global_batch_size=16"),
+    "gpt": ("llm_training", "--preset", "800M-2024", "grad_accumulation=4"),
     "fno": ("fno", "--preset", "PIC1D", "epochs=0"),
 }
 CPU_CONFIGS = {  # a check of the script on the CPU: the smoke presets

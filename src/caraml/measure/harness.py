@@ -210,8 +210,9 @@ def _steady_agreed(clock: StepClock, settings: MeasureSettings, dist, steps: int
     rank (steady.check_every), and agreed: the interval when every rank has it, a cap when any rank reached it."""
     if steps % steady.check_every(steps, slow):
         return None
-    capped = time.perf_counter() - clock.wall_start >= settings.measure_max_seconds
-    done = steady.verdict(clock.completed_times(), settings.measure_ci).stop
+    elapsed = time.perf_counter() - clock.wall_start
+    capped = elapsed >= settings.measure_max_seconds
+    done = elapsed >= settings.measure_min_seconds and steady.verdict(clock.completed_times(), settings.measure_ci).stop
     if dist.world_size > 1:
         capped = dist.all_reduce(1.0 if capped else 0.0, "max") > 0
         done = dist.all_reduce(1.0 if done else 0.0, "sum") >= dist.world_size
