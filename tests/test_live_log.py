@@ -154,7 +154,7 @@ def test_a_long_first_warmup_step_is_said_apart(monkeypatch, compiled, why):
     monkeypatch.setattr("caraml.measure.log.time.perf_counter", clock)
     out = io.StringIO()
     log = LiveLog(stream=out, interval_s=5.0)
-    log.set_bench(_SlowFirstStep(clock, compiled).info, 1, 1, peak_tflops=1.0)
+    log.configure(info=_SlowFirstStep(clock, compiled).info, dp=1, world_size=1, peak_tflops=1.0)
     bench = _SlowFirstStep(clock, compiled)
     with StopRequested() as stop:
         harness.run_steps(bench, MeasureSettings(warmup_steps=4, measure_steps=2), torch.device("cpu"),
@@ -253,8 +253,8 @@ def test_interval_rates_count_every_replica_and_tflops_per_device_of_the_whole_w
 
     out = io.StringIO()
     log = LiveLog(stream=out, fmt=fmt)
-    log.set_bench(BenchInfo(units_per_step=8, unit="tokens", flops_per_unit=1e12, flops_convention="x",
-                            precision="bf16"), dp=2, world_size=4, peak_tflops=16.0)
+    log.configure(info=BenchInfo(units_per_step=8, unit="tokens", flops_per_unit=1e12, flops_convention="x",
+                                 precision="bf16"), dp=2, world_size=4, peak_tflops=16.0)
     log.throughput("measure", 12, 20, steps=4, seconds=2.0)
     if fmt == "json":
         event = json.loads(out.getvalue())

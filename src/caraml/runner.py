@@ -160,8 +160,8 @@ def _execute(spec: RunSpec, stop: StopRequested, monitor_factory) -> dict:
     roll.check_in()  # before the process group: a rank killed later is still known by node and rank
     distributed.init(dist, setup.device.type)
     record = _new_record(spec, setup)
-    log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval)
-    log.t0 = started
+    log = LiveLog(dist.is_main, quiet=spec.quiet, fmt=spec.log_format, interval_s=run.measure.log_interval,
+                  t0=started)
     events = store.runs / f"{safe_name(record.run_id)}.events.jsonl" if dist.is_main else None
     log.run_start(events,
                   f"{run.workload.name} on {setup.tag} ({setup.device}, {dist.world_size} "
@@ -254,8 +254,8 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
             info = bench.info
             log.phase_end("build", f"of which compiling {fmt_seconds(info.compile_setup_s)}"
                           if info.compile_setup_s else "")
-            log.set_bench(info, setup.dims.dp, setup.dist.world_size,
-                          systems.peak_tflops(setup.profile, info.precision))
+            log.configure(info=info, dp=setup.dims.dp, world_size=setup.dist.world_size,
+                          peak_tflops=systems.peak_tflops(setup.profile, info.precision))
             run_steps(bench, setup.run.measure, setup.device, setup.dist, m, stop, monitor, log)
         _stopped(record, m, stop)
     except BadInput:

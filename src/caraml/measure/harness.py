@@ -13,10 +13,12 @@ import itertools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from caraml.measure import steady
 from caraml.measure.log import LONG_FIRST_STEP, LiveLog, eta_text, fmt_seconds
+from caraml.measure.phases import MeasuredSteps, Phases, PowerMarks
 from caraml.measure.stops import StopRequested
 from caraml.measure.timing import StepClock, summarize
 from caraml.settings import MeasureSettings
@@ -49,42 +51,58 @@ def run_steps(bench, settings: MeasureSettings, device, dist, m: Measurement, st
               monitor=None, log: LiveLog | None = None) -> None:
     """Warm up, then measure; fills `m` as it goes so an interruption keeps what was measured. `log` announces
     each phase and, every `settings.log_interval` seconds, the steps' rates (caraml.measure.log)."""
-    if log is None:
-        log = LiveLog(dist.is_main, interval_s=settings.log_interval)
-        if getattr(bench, "info", None) is not None:
-            log.set_bench(bench.info, 1, dist.world_size)
-    log.device = device
-    sync = (lambda: __import__("torch").cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    run = _step_run(bench, settings, device, dist, m, stop, monitor, log)
     # Everything built so far lives for the whole run: keep it out of the garbage collector's full scans, which
     # otherwise grow with the size of the imported libraries and stall launch-bound steps (timeit's reasoning).
     gc.collect()
     gc.freeze()
     try:
-        if not _warm_up(bench, settings, sync, dist, m, stop, monitor, log):
+        if not _warm_up(run):
             return  # stopped before the window: the power phases end where the run did
-        _measure(bench, settings, device, sync, dist, m, stop, monitor, log)
-        _run_extra(bench, dist, m, stop, monitor, log)
+        _measure(run)
+        _run_extra(run)
     finally:
         gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
-    if m.stop_signal is None:  # a stopped run says in which phase it stopped
-        m.phase = "done"
-    if monitor:
-        monitor.mark("done")
+    run.power.done()
 
 
-def _enter(phase: str, m: Measurement, monitor) -> None:
-    m.phase = phase
-    if monitor:
-        monitor.mark(phase)
+@dataclass
+class StepRun:
+    """One run_steps call: what each of its phases reads, built once. `phases` tells every observer of a phase
+    edge at once (caraml.measure.phases); `log` also carries the lines inside a phase."""
+
+    bench: object
+    settings: MeasureSettings
+    device: object
+    sync: Callable[[], None]
+    dist: object
+    m: Measurement
+    stop: StopRequested
+    log: LiveLog
+    power: PowerMarks
+    phases: Phases
 
 
-def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop: StopRequested, monitor,
-             log: LiveLog) -> bool:
+def _step_run(bench, settings: MeasureSettings, device, dist, m: Measurement, stop: StopRequested, monitor,
+              log: LiveLog | None) -> StepRun:
+    if log is None:
+        log = LiveLog(dist.is_main, interval_s=settings.log_interval)
+        if getattr(bench, "info", None) is not None:
+            log.configure(info=bench.info, dp=1, world_size=dist.world_size)
+    log.configure(device=device)
+    sync = (lambda: __import__("torch").cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    power = PowerMarks(m, monitor)
+    # the monitor's mark first, then the workload, then the log's line (the order the phases were always told in)
+    observers = (power, MeasuredSteps(bench), log) if hasattr(bench, "begin_measure") else (power, log)
+    return StepRun(bench, settings, device, sync, dist, m, stop, log, power, Phases(*observers))
+
+
+def _warm_up(run: StepRun) -> bool:
     """The warm-up steps, each timed on its own (a synchronisation after each); False when a stop came."""
-    _enter("warmup", m, monitor)
-    total = settings.warmup_steps
-    log.phase_start("warm-up", f"warm-up: {total} steps", steps=total)
-    if _stop_agreed(stop, dist, m, every=1):  # a stop that came while the benchmark was being built
+    bench, log, m = run.bench, run.log, run.m
+    total = run.settings.warmup_steps
+    run.phases.phase_start("warm-up", f"warm-up: {total} steps", steps=total)
+    if _stop_agreed(run, every=1):  # a stop that came while the benchmark was being built
         return False
     start = last = time.perf_counter()
     logged = 0
@@ -92,9 +110,9 @@ def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop:
         t0 = time.perf_counter()
         # compilation, autotuning, graph capture: a warm-up step may take minutes and checks no stop flag
         with log.waiting(f"warm-up step 1/{total} (compilation, autotuning)") if i == 0 else _nothing(), \
-                stop.at_once():
+                run.stop.at_once():
             bench.step()
-            sync()
+            run.sync()
         now = time.perf_counter()
         m.warmup_times.append(now - t0)
         if i == 0 and total > 1 and log.due(t0, now):  # a first step this long is compilation, autotuning
@@ -103,15 +121,15 @@ def _warm_up(bench, settings: MeasureSettings, sync, dist, m: Measurement, stop:
         if log.due(last, now) and i + 1 > logged:
             log.throughput("warm-up", i + 1, total, i + 1 - logged, sum(m.warmup_times[logged:]), clock="host")
             last, logged = now, i + 1
-        if _stop_agreed(stop, dist, m, every=1):
-            log.phase_end("warm-up", f"stopped after {len(m.warmup_times)} steps", stopped=True)
+        if _stop_agreed(run, every=1):
+            run.phases.phase_end("warm-up", f"stopped after {len(m.warmup_times)} steps", stopped=True)
             return False
     m.warmup_s = time.perf_counter() - start
     first, rest = m.warmup_times[0], m.warmup_times[1:]
     typical = statistics.median(rest) if rest else None
     long_first = typical is not None and first > 1.0 and first > LONG_FIRST_STEP * typical
     why = "compilation" if _compiled(bench) else "first-step setup"
-    log.phase_end("warm-up", f"first step {fmt_seconds(first)}" + (
+    run.phases.phase_end("warm-up", f"first step {fmt_seconds(first)}" + (
         f" ({why}; then {fmt_seconds(typical)}/step)" if long_first else ""),
         steps=total, first_step_s=round(first, 6), typical_step_s=round(typical, 6) if typical else None)
     return True
@@ -138,31 +156,30 @@ def _typical_step(dist, m: Measurement) -> float:
     return dist.all_reduce(typical, "max")
 
 
-def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measurement, stop: StopRequested, monitor,
-             log: LiveLog) -> None:
+def _measure(run: StepRun) -> None:
     """The measured window: a fixed number of steps, or until-steady (until the mean step time's interval is within
     measure_ci, caps aside), between two device synchronisations. Its interval lines and steadiness checks read
     only steps that have completed (StepClock.completed: no synchronisation inside the window)."""
+    settings, dist, m = run.settings, run.dist, run.m
     until_steady = settings.measure == "until-steady"
     steps = settings.measure_max_steps if until_steady else _window_steps(settings, dist, m)
     # steps of 0.1 s or more: the verdict is asked every step, so that measure_max_seconds is kept to within one
     slow = until_steady and _typical_step(dist, m) >= steady.SLOW_STEP_S
     dist.barrier()
-    _enter("measure", m, monitor)
-    if hasattr(bench, "begin_measure"):  # the workload learns which steps are measured (its own per-step figures)
-        bench.begin_measure()
-    log.phase_start("measuring", f"measuring until the mean step time is known within ±{100 * settings.measure_ci:g} "
-                    f"% (at most {steps} steps, {fmt_seconds(settings.measure_max_seconds)})" if until_steady
-                    else f"measuring: {steps} steps", steps=None if until_steady else steps)
-    clock = StepClock(device.type, sync)
+    # the workload learns here which steps are measured (its own per-step figures): phases.MeasuredSteps
+    run.phases.phase_start(
+        "measuring", f"measuring until the mean step time is known within ±{100 * settings.measure_ci:g} "
+        f"% (at most {steps} steps, {fmt_seconds(settings.measure_max_seconds)})" if until_steady
+        else f"measuring: {steps} steps", steps=None if until_steady else steps)
+    clock = StepClock(run.device.type, run.sync)
     clock.start()
-    line = _Lines(bench, log, device, clock, settings, steps if not until_steady else None)
+    line = _Lines(run, clock, steps if not until_steady else None)
     for _ in range(steps):
-        bench.step()
+        run.bench.step()
         clock.tick()
         m.steps += 1
         line.maybe()
-        if _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY):
+        if _stop_agreed(run, every=STOP_CHECK_EVERY):
             stopped_by = "stop"
             break
         if until_steady and (why := _steady_agreed(clock, settings, dist, m.steps, slow)):
@@ -171,15 +188,15 @@ def _measure(bench, settings: MeasureSettings, device, sync, dist, m: Measuremen
     else:
         stopped_by = "max_steps" if until_steady else "steps"
     m.wall_s, m.step_times = clock.stop()
-    _close_window(settings, m, stopped_by, dist, log)
+    _close_window(run, stopped_by)
 
 
 class _Lines:
     """The measured window's interval lines: rates, loss and ETA of the steps completed since the last line."""
 
-    def __init__(self, bench, log: LiveLog, device, clock: StepClock, settings: MeasureSettings, total: int | None):
-        self.bench, self.log, self.clock, self.settings, self.total = bench, log, clock, settings, total
-        self.where = "device events" if device.type == "cuda" else "host"
+    def __init__(self, run: StepRun, clock: StepClock, total: int | None):
+        self.bench, self.log, self.clock, self.settings, self.total = run.bench, run.log, clock, run.settings, total
+        self.where = "device events" if run.device.type == "cuda" else "host"
         self.done = 0
         self.done_s = 0.0
         self.last = time.perf_counter()
@@ -219,30 +236,31 @@ def _steady_agreed(clock: StepClock, settings: MeasureSettings, dist, steps: int
     return "interval" if done else "max_seconds" if capped else None
 
 
-def _close_window(settings: MeasureSettings, m: Measurement, stopped_by: str, dist, log: LiveLog) -> None:
+def _close_window(run: StepRun, stopped_by: str) -> None:
     """The window's record (metrics.window), the warning when a cap ended an until-steady window, the phase's end."""
+    settings, m = run.settings, run.m
     target = settings.measure_ci if settings.measure == "until-steady" else None
     m.window = steady.window_record(settings.measure, m.steps, m.wall_s, m.step_times, target, stopped_by)
     cap = {"max_steps": f"measure_max_steps={settings.measure_max_steps}",
            "max_seconds": f"measure_max_seconds={settings.measure_max_seconds:g}"}.get(stopped_by, "")
     warning = steady.cap_warning(m.window, cap)
     if warning:
-        say(warning, dist)
+        say(warning, run.dist)
     ci = m.window["ci_rel"]
-    log.phase_end("measuring", f"{m.steps} steps, {fmt_seconds(m.wall_s / m.steps) if m.steps else '-'}/step"
-                  + (f" ±{100 * ci:.1f} %" if ci is not None else ""),
-                  steps=m.steps, window_s=round(m.wall_s, 6), stopped_by=stopped_by, ci_rel=ci)
+    run.phases.phase_end("measuring", f"{m.steps} steps, {fmt_seconds(m.wall_s / m.steps) if m.steps else '-'}/step"
+                         + (f" ±{100 * ci:.1f} %" if ci is not None else ""),
+                         steps=m.steps, window_s=round(m.wall_s, 6), stopped_by=stopped_by, ci_rel=ci)
 
 
-def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor, log: LiveLog) -> None:
+def _run_extra(run: StepRun) -> None:
     """A workload's own measurement after the steady-state window (a Bench with `extra_phase`, e.g. CARAML's
     epochs): a phase of its own for the power monitor, with the same collective stop checks."""
+    bench, log = run.bench, run.log
     phase = getattr(bench, "extra_phase", None)
-    if not phase or m.stop_signal:
+    if not phase or run.m.stop_signal:
         return
-    dist.barrier()
-    _enter(phase, m, monitor)
-    log.phase_start(phase, f"{phase}: the workload's own measurement")
+    run.dist.barrier()
+    run.phases.phase_start(phase, f"{phase}: the workload's own measurement")
     calls = itertools.count(1)
     last = [time.perf_counter()]
 
@@ -255,16 +273,17 @@ def _run_extra(bench, dist, m: Measurement, stop: StopRequested, monitor, log: L
             log.progress(f"{phase}: {count - 1} steps, {fmt_seconds(now - log_start)} so far"
                          + (f", {eta_text(left)}" if left is not None else ""))
             last[0] = now
-        return _stop_agreed(stop, dist, m, every=STOP_CHECK_EVERY, count=count)
+        return _stop_agreed(run, every=STOP_CHECK_EVERY, count=count)
 
     log_start = time.perf_counter()
     bench.run_extra(should_stop)
-    log.phase_end(phase, f"{next(calls) - 1} steps")
+    run.phases.phase_end(phase, f"{next(calls) - 1} steps")
 
 
-def _stop_agreed(stop: StopRequested, dist, m: Measurement, every: int, count: int | None = None) -> bool:
+def _stop_agreed(run: StepRun, every: int, count: int | None = None) -> bool:
     """Whether to stop now. With several ranks the decision is collective (every `every` steps), so all
     ranks leave the loop at the same step and can still agree on the window and the energy."""
+    dist, m, stop = run.dist, run.m, run.stop
     if count is None:
         count = m.steps if m.phase == "measure" else len(m.warmup_times)
     if dist.world_size == 1:

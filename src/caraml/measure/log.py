@@ -110,7 +110,8 @@ class LiveLog:
     """Phases and interval lines of one run (see the module's doc)."""
 
     def __init__(self, is_main: bool = True, quiet: bool = False, fmt: str = "text",
-                 interval_s: float = DEFAULT_INTERVAL_S, stream=None):
+                 interval_s: float = DEFAULT_INTERVAL_S, stream=None, t0: float | None = None):
+        """`t0`: when the run began (a perf_counter reading; default now), what run_stop's elapsed time counts from."""
         self.is_main = is_main
         self.quiet = quiet
         self.fmt = fmt if fmt in FORMATS else "text"
@@ -119,19 +120,26 @@ class LiveLog:
         self._events = None  # the events file, once run_start names it
         self._phases: dict[str, float] = {}
         self._rates = None  # (units_per_step x dp, unit, flops_per_unit, world_size, peak_tflops)
-        self.device = None
+        self._device = None  # whose peak memory the interval line shows (None: none shown)
         self._live = None
         self._lock = _LOCK_TYPE()  # one writer at a time: a line is never cut by another
         self._showwarning = None  # warnings.showwarning before the live line took it over
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if t0 is None else t0
 
     @property
     def stream(self):
         return self._stream or sys.stderr
 
     # what the harness needs to turn step times into rates -------------------------------------------------------
-    def set_bench(self, info, dp: int = 1, world_size: int = 1, peak_tflops: float | None = None) -> None:
-        self._rates = (info.units_per_step * dp, info.unit, info.flops_per_unit, world_size, peak_tflops)
+    def configure(self, *, info=None, dp: int = 1, world_size: int = 1, peak_tflops: float | None = None,
+                  device=None) -> None:
+        """What the interval line's figures come from; what is not given stays as it was. `info` (the Bench's
+        caraml.bench.BenchInfo) with the run's data-parallel size, world size and peak TFLOP/s: units/s, TFLOP/s
+        and MFU; `device`: its peak memory."""
+        if info is not None:
+            self._rates = (info.units_per_step * dp, info.unit, info.flops_per_unit, world_size, peak_tflops)
+        if device is not None:
+            self._device = device
 
     def due(self, last: float, now: float) -> bool:
         return self.interval_s > 0 and now - last >= self.interval_s
@@ -286,8 +294,8 @@ class LiveLog:
                 if peak:
                     fields["mfu"] = _num(tflops / peak, 4)
                     text.append(f"MFU {100 * tflops / peak:.1f}%")
-        if self.device is not None:
-            mem, where = peak_memory(self.device)
+        if self._device is not None:
+            mem, where = peak_memory(self._device)
             fields["peak_memory_bytes"] = mem
             fields["memory"] = where
             text.append(f"mem {fmt_bytes(mem)}" + (" (host)" if where == "host" else ""))
