@@ -17,7 +17,8 @@ def test_did_you_mean_picks_the_closest_and_stays_quiet_when_nothing_is_close():
 def test_a_mistyped_parameter_and_value_are_answered_with_the_right_one():
     from caraml.runner import RunSpec, resolve
 
-    with pytest.raises(BadInput, match="unknown parameter 'batchsize'; did you mean batch_size\\? valid"):
+    with pytest.raises(BadInput, match="unknown parameter 'batchsize'; did you mean batch_size\\? `caraml workloads "
+                                       "image_classification` lists its"):
         resolve(RunSpec("image_classification", {"batchsize": "8"}))
     with pytest.raises(BadInput, match="precision=bf61 is not valid; did you mean bf16\\? choose one of"):
         resolve(RunSpec("image_classification", {"precision": "bf61"}))

@@ -140,8 +140,8 @@ def resolve(
     for key in given:
         if key not in by_name:
             raise BadInput(
-                f"{workload}: unknown parameter '{shown(key)}'; {did_you_mean(key, by_name)}valid parameters: "
-                + ", ".join(sorted(by_name))
+                f"{workload}: unknown parameter '{shown(key)}'; {did_you_mean(key, by_name)}`caraml workloads "
+                f"{workload}` lists its {len(by_name)} parameters"  # the list itself is longer than a line
             )
     values = {p.name: p.default for p in declared}
     for source in (preset or {}, given):
