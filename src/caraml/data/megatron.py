@@ -208,10 +208,12 @@ class IndexedDatasetWriter:
         self._tmp_idx = self.idx_path.parent / f".{self.idx_path.name}{tag}"
         try:
             self.bin_path.parent.mkdir(parents=True, exist_ok=True)
-            self._bin = open(self._tmp_bin, "xb")
         except OSError as exc:
             raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); "
                            "choose a prefix in a writable folder") from None
+        # Opened at the first write, inside the caller's `with` body: a stop signal that lands between creating
+        # the file and entering the block would otherwise leave it behind with no __exit__ to remove it.
+        self._bin = None
         self._lengths: list[int] = []
         self._documents: list[int] = [0]
 
@@ -226,7 +228,7 @@ class IndexedDatasetWriter:
                 raise BadInput(f"token ids {tokens.min()}..{tokens.max()} do not fit {self.dtype.name}; "
                                f"write with a wider dtype (int32)")
         try:
-            self._bin.write(tokens.astype(self.dtype, copy=False).tobytes())
+            self._opened().write(tokens.astype(self.dtype, copy=False).tobytes())
         except OSError as exc:  # a full disk, a quota
             self.abort()
             raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); the dataset there is left as it was: "
@@ -242,9 +244,18 @@ class IndexedDatasetWriter:
     def tokens(self) -> int:
         return sum(self._lengths)
 
+    def _opened(self):
+        if self._bin is None:
+            try:
+                self._bin = open(self._tmp_bin, "xb")
+            except OSError as exc:
+                raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); "
+                               "choose a prefix in a writable folder") from None
+        return self._bin
+
     def finalize(self) -> Index:
         try:
-            self._bin.close()  # writes what is buffered: may find the disk full
+            self._opened().close()  # writes what is buffered: may find the disk full
         except OSError as exc:
             self.abort()
             raise BadInput(f"cannot write {self.bin_path} ({exc.strerror}); the dataset there is left as it was: "
@@ -272,7 +283,8 @@ class IndexedDatasetWriter:
     def abort(self) -> None:
         """Drop what was written; an existing dataset under the prefix is left as it was."""
         try:
-            self._bin.close()
+            if self._bin is not None:
+                self._bin.close()
         except OSError:  # what was buffered cannot be written: it is dropped anyway
             pass
         self._remove_temporaries()
