@@ -1,10 +1,12 @@
 """Until-steady against a fixed window on one GPU: for each workload's CARAML configuration, the figure each window
 stops at, its 95 % interval and the GPU time of the whole `caraml run`.
 
-    PYTHONPATH=src python3 bench/steady_bench.py [OUT_DIR] [--only NAME,...] [--budget S] [--cpu]
+    PYTHONPATH=src python3 bench/steady_bench.py [OUT_DIR] [--only NAME,...] [--repeats N] [--budget S] [--cpu]
 
-Points: ic_fixed, ic_steady, gpt_fixed, gpt_steady, fno_fixed, fno_steady (caraml.compare.steady_window). Each is
-its own `caraml run` process, timed from its start to its record. --cpu checks the script with the smoke presets.
+Points: ic_fixed, ic_steady, gpt_fixed, gpt_steady, fno_fixed, fno_steady, and (named only) ic_steady_long,
+fno_steady_long: a 180 s cap (caraml.compare.steady_window). Each is its own `caraml run` process, timed from its
+start to its record. --repeats N runs the selection N rounds over and adds a table of each point's spread.
+--cpu checks the script with the smoke presets.
 Writes steady_bench.json and steady_bench.txt into OUT_DIR, or $OUT, or ./bench-out.
 """
 
@@ -44,11 +46,14 @@ def main(argv: list) -> int:
     parser.add_argument("out", nargs="?", default=None, help="results folder (default $OUT, else ./bench-out)")
     parser.add_argument("--only", default=None, help="comma list of points (default: all)")
     parser.add_argument("--budget", type=float, default=None, help="seconds for all points (default 540)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds over the selection (default 1)")
     parser.add_argument("--cpu", action="store_true", help="a check of the script: smoke presets on the CPU")
     args = parser.parse_args(argv)
     group = sw.group(cpu=args.cpu)
     try:
-        points = select(group, args.only)
+        points = sw.repeated(select(group, args.only), args.repeats)
+        if args.repeats < 1:
+            raise BadInput(f"--repeats {args.repeats}: give 1 or more")
     except BadInput as problem:
         return refuse("steady_bench", problem)
     out = Path(args.out or os.environ.get("OUT") or "bench-out")
@@ -60,7 +65,10 @@ def main(argv: list) -> int:
     rows = run_points(points, lambda p, s: run(p, out / "results", s), budget, saved)
     sw.agreement(rows)
     lines = table_lines(rows, sw.COLUMNS)
-    write_report(out, "steady_bench", {"date": time.strftime("%Y-%m-%d"), "rows": rows}, lines)
+    if args.repeats > 1:
+        lines += ["", *table_lines(sw.spread(rows), sw.SPREAD_COLUMNS)]
+    write_report(out, "steady_bench", {"date": time.strftime("%Y-%m-%d"), "rows": rows, "spread": sw.spread(rows)},
+                 lines)
     print("\n".join(lines))
     return 0
 

@@ -172,3 +172,22 @@ def test_a_minimum_above_the_cap_is_refused_in_one_line(tmp_path):
     proc = cli(*TINY_GPT, "measure=until-steady", "measure_min_seconds=30", "measure_max_seconds=10", "--results",
                tmp_path, check=2)
     assert proc.stderr.count("\n") == 1 and "measure_min_seconds=30 is above measure_max_seconds=10" in proc.stderr
+
+
+def test_repeated_points_run_round_after_round_and_their_spread_is_one_row_each():
+    from caraml.compare import steady_window as sw
+
+    points = sw.repeated([p for p in sw.group().points if p.name in ("ic_fixed", "ic_steady")], 2)
+    assert [p.name for p in points] == ["ic_fixed.1", "ic_steady.1", "ic_fixed.2", "ic_steady.2"]
+    assert sw.repeated(points[:1], 1) == points[:1]
+    rows = [{"name": "ic_fixed.1", "status": "ok", "throughput": 100.0, "ci_rel": 0.02, "wall_s": 50.0},
+            {"name": "ic_steady.1", "status": "ok", "throughput": 90.0, "ci_rel": 0.01, "wall_s": 70.0},
+            {"name": "ic_fixed.2", "status": "ok", "throughput": 110.0, "ci_rel": 0.04, "wall_s": 52.0},
+            {"name": "ic_steady.2", "status": "failed", "throughput": None, "wall_s": 3.0}]
+    sw.agreement(rows)
+    assert rows[1]["vs_fixed"] == pytest.approx(0.9) and "vs_fixed" not in rows[3]
+    fixed, steady = sw.spread(rows)
+    assert (fixed["name"], fixed["n"], fixed["min"], fixed["max"]) == ("ic_fixed", 2, 100.0, 110.0)
+    assert fixed["median"] == 105.0 and fixed["range_rel"] == pytest.approx(10 / 105)
+    assert fixed["ci_rel"] == pytest.approx(0.03) and fixed["vs_fixed"] is None
+    assert (steady["n"], steady["vs_fixed"]) == (1, pytest.approx(90 / 105))

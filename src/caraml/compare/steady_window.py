@@ -3,10 +3,14 @@ window stops at, its 95 % interval, and the GPU time each whole `caraml run` too
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import replace
+
 from caraml.compare.points import Column, Group, Point
 
 FIXED = ("measure=fixed", "measure_seconds=30")  # the longer fixed window: the reference figure
 UNTIL_STEADY = ("measure=until-steady", "measure_ci=0.01", "measure_max_seconds=60")
+UNTIL_STEADY_LONG = ("measure=until-steady", "measure_ci=0.01", "measure_max_seconds=180")
 
 # CARAML's configuration of each workload, its epochs left out (the steady window is what is compared); the GPT at
 # global batch 16 (CARAML's smallest), where 100 steps take seconds, not the 10 s per step of global batch 512.
@@ -21,7 +25,8 @@ CPU_CONFIGS = {  # a check of the script on the CPU: the smoke presets
     "fno": ("fno", "--preset", "smoke-PIC1D", "epochs=0"),
 }
 CPU_WINDOWS = {"fixed": ("measure=fixed", "measure_seconds=3"),
-               "steady": ("measure=until-steady", "measure_ci=0.05", "measure_max_seconds=10")}
+               "steady": ("measure=until-steady", "measure_ci=0.05", "measure_min_seconds=2",
+                          "measure_max_seconds=10")}
 
 
 def group(cpu: bool = False) -> Group:
@@ -32,7 +37,47 @@ def group(cpu: bool = False) -> Group:
     for name, config in configs.items():
         points.append(Point(f"{name}_fixed", config + fixed, expect_s=20 if cpu else 70))
         points.append(Point(f"{name}_steady", config + steady, expect_s=20 if cpu else 70))
+    if not cpu:  # how long a host-fed point needs for ±1 %: only when --only names it
+        points.append(Point("ic_steady_long", CONFIGS["ic"] + UNTIL_STEADY_LONG, expect_s=200, by_default=False))
+        points.append(Point("fno_steady_long", CONFIGS["fno"] + UNTIL_STEADY_LONG, expect_s=200, by_default=False))
     return Group("until-steady", tuple(points), budget_s=540.0)
+
+
+def repeated(points: list[Point], repeats: int) -> list[Point]:
+    """The points `repeats` times over, one round after another (a drift of the machine falls on every point), each
+    run named POINT.K; one round keeps the plain names."""
+    if repeats <= 1:
+        return list(points)
+    return [replace(p, name=f"{p.name}.{k}") for k in range(1, repeats + 1) for p in points]
+
+
+def base_name(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def spread(rows: list[dict]) -> list[dict]:
+    """One row per point over its repeats: the median figure, its min–max and n, the range relative to the median
+    beside the median 95 % interval (does one run's interval cover what another run gives?), and the median run s."""
+    by_point: dict = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("throughput"):
+            by_point.setdefault(base_name(r["name"]), []).append(r)
+    summary = []
+    for name, runs in by_point.items():
+        figures = [r["throughput"] for r in runs]
+        median = statistics.median(figures)
+        cis = [r["ci_rel"] for r in runs if r.get("ci_rel") is not None]
+        summary.append({"name": name, "status": "ok", "n": len(runs), "median": median,
+                        "min": min(figures), "max": max(figures),
+                        "range_rel": (max(figures) - min(figures)) / median, "unit": runs[0].get("unit"),
+                        "ci_rel": statistics.median(cis) if cis else None,
+                        "wall_s": statistics.median(r["wall_s"] for r in runs),
+                        "stopped_by": ",".join(sorted({str(r.get("stopped_by")) for r in runs}))})
+    medians = {s["name"]: s["median"] for s in summary}
+    for s in summary:
+        fixed = medians.get(s["name"].replace("_steady_long", "_fixed").replace("_steady", "_fixed"))
+        s["vs_fixed"] = s["median"] / fixed if fixed and s["name"].find("_steady") > 0 else None
+    return summary
 
 
 def row(name: str, record: dict, wall_s: float) -> dict:
@@ -50,7 +95,8 @@ def agreement(rows: list[dict]) -> None:
     by_name = {r["name"]: r for r in rows}
     for r in rows:
         fixed = by_name.get(r["name"].replace("_steady", "_fixed"))
-        if not r["name"].endswith("_steady") or not fixed or not fixed.get("throughput") or not r.get("throughput"):
+        if not base_name(r["name"]).endswith("_steady") or not (fixed or {}).get("throughput") \
+                or not r.get("throughput"):
             continue
         r["vs_fixed"] = r["throughput"] / fixed["throughput"]
         r["time_share"] = r["wall_s"] / fixed["wall_s"]
@@ -67,4 +113,12 @@ COLUMNS = (
     Column("95% CI", 8, "s", lambda r: _pct(r.get("ci_rel"))), Column("stopped by", 10, "s", "stopped_by"),
     Column("run s", 6, ".0f", "wall_s"), Column("x fixed", 7, ".4f", "vs_fixed"),
     Column("time", 6, ".2f", "time_share"),
+)
+
+SPREAD_COLUMNS = (
+    Column("point", 15, "s", "name"), Column("n", 2, "d", "n"), Column("median", 9, ".1f", "median"),
+    Column("min", 9, ".1f", "min"), Column("max", 9, ".1f", "max"),
+    Column("range", 7, "s", lambda r: _pct(r.get("range_rel")).replace("±", "")),
+    Column("med. CI", 8, "s", lambda r: _pct(r.get("ci_rel"))), Column("run s", 6, ".0f", "wall_s"),
+    Column("x fixed", 7, ".4f", "vs_fixed"), Column("stopped by", 18, "s", "stopped_by"),
 )
