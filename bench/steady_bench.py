@@ -4,7 +4,8 @@ stops at, its 95 % interval and the GPU time of the whole `caraml run`.
     PYTHONPATH=src python3 bench/steady_bench.py [OUT_DIR] [--only NAME,...] [--repeats N] [--budget S] [--cpu]
 
 Points: ic_fixed, ic_steady, gpt_fixed, gpt_steady, fno_fixed, fno_steady, and (named only) ic_steady_long,
-fno_steady_long: a 180 s cap (caraml.compare.steady_window). Each is its own `caraml run` process, timed from its
+fno_steady_long: a 180 s cap; icdev_fixed, icdev_steady: image classification fed from the device
+(caraml.compare.steady_window). Each is its own `caraml run` process, timed from its
 start to its record. --repeats N runs the selection N rounds over and adds a table of each point's spread.
 --cpu checks the script with the smoke presets.
 Writes steady_bench.json and steady_bench.txt into OUT_DIR, or $OUT, or ./bench-out.

@@ -40,6 +40,10 @@ def group(cpu: bool = False) -> Group:
     if not cpu:  # how long a host-fed point needs for ±1 %: only when --only names it
         points.append(Point("ic_steady_long", CONFIGS["ic"] + UNTIL_STEADY_LONG, expect_s=200, by_default=False))
         points.append(Point("fno_steady_long", CONFIGS["fno"] + UNTIL_STEADY_LONG, expect_s=200, by_default=False))
+        # CARAML's image classification fed from the device (data=synthetic-device): what the host loaders' share is
+        device_fed = CONFIGS["ic"] + ("data=synthetic-device",)
+        points.append(Point("icdev_fixed", device_fed + FIXED, expect_s=70, by_default=False))
+        points.append(Point("icdev_steady", device_fed + UNTIL_STEADY, expect_s=70, by_default=False))
     return Group("until-steady", tuple(points), budget_s=540.0)
 
 
