@@ -1,5 +1,5 @@
 """measure=until-steady: the window runs until the mean step time's 95 % interval is within measure_ci (batch means,
-a drift check, at least 100 steps, caps), the same step on every rank; the record's metrics.window says how it
+a drift check, at least 20 steps and 20 s, caps), the same step on every rank; the record's metrics.window says how it
 ended, `caraml show` and the `interval` column show it, and a window length given with it is refused."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from caraml.results.table import format_value
 
 TINY = ("run", "image_classification", "--preset", "smoke", "power=off", "data=synthetic-device", "batch_size=2",
         "image_size=32", "num_classes=10", "warmup_steps=2", "log_interval=0")
-# A GPT of two layers: steps of milliseconds, so a window of 100-150 steps takes seconds on a CPU.
+# A GPT of two layers: steps of milliseconds, so a window of 20-150 steps takes seconds on a CPU.
 TINY_GPT = ("run", "llm_training", "--preset", "smoke", "power=off", "warmup_steps=1", "log_interval=0")
 TOKENS_PER_STEP = 2 * 64  # the smoke preset's micro-batch of 2 sequences of 64 tokens, per replica
 STEADY = ("measure=until-steady", "measure_ci=0.05", "measure_max_steps=150")
@@ -34,8 +34,15 @@ def test_steady_noise_stops_once_the_interval_is_narrow_enough():
 
 
 def test_never_before_the_minimum_steps_even_when_narrow():
-    v = steady.verdict(_noise(99, rel=0.001), target_ci=0.05)
+    v = steady.verdict(_noise(steady.MIN_STEPS - 1, rel=0.001), target_ci=0.05)
     assert not v.stop and v.ci_rel is not None and v.ci_rel < 0.05
+    assert steady.MIN_STEPS == steady.BATCHES == 20  # one step per batch mean at the least
+
+
+def test_slow_steady_steps_stop_after_one_step_per_batch():
+    # a GPT step of 10 s (global batch 512 takes 10-20 s) varying 0.3 %: 20 steps pin it to ±0.2 %; 100 take 17 min
+    v = steady.verdict(_noise(20, mean=10.0, rel=0.003), target_ci=0.01)
+    assert v.stop and v.steps == 20 and v.ci_rel < 0.005
 
 
 def test_a_drifting_series_does_not_stop_though_its_interval_is_within_the_target():
@@ -86,7 +93,7 @@ def test_a_tiny_cpu_run_until_steady_records_its_window(tmp_path):
     record = json.loads(proc.stdout)
     window, m = record["metrics"]["window"], record["metrics"]
     assert record["status"] == "ok" and window["mode"] == "until-steady" and window["target_ci"] == 0.05
-    assert window["stopped_by"] in ("interval", "max_steps") and 100 <= window["steps"] <= 150
+    assert window["stopped_by"] in ("interval", "max_steps") and 20 <= window["steps"] <= 150
     assert window["steps"] == m["measured_steps"] and window["ci_rel"] > 0
     if window["stopped_by"] == "interval":
         assert window["ci_rel"] <= 0.05
@@ -164,7 +171,7 @@ def test_the_window_lasts_its_minimum_seconds_even_when_the_interval_is_narrow_s
     proc = cli(*TINY_GPT, "measure=until-steady", "measure_ci=0.5", "measure_min_seconds=8", "--results", tmp_path,
                "--json", check=0)
     window = json.loads(proc.stdout)["metrics"]["window"]
-    # at ±50 % the interval is there after the minimum 100 steps (milliseconds each); the window runs on to 8 s
+    # at ±50 % the interval is there after the minimum 20 steps (milliseconds each); the window runs on to 8 s
     assert window["stopped_by"] == "interval" and window["seconds"] >= 8.0, window
 
 

@@ -17,7 +17,9 @@ import statistics
 from dataclasses import dataclass
 
 BATCHES = 20  # batch means the interval is taken over
-MIN_STEPS = 100  # never stop before this many measured steps
+# never stop before this many measured steps: one per batch. Fast steps are held longer by measure_min_seconds
+# (20 s: thousands of millisecond steps); a step that takes a second or more is its own batch mean.
+MIN_STEPS = BATCHES
 SLOW_STEP_S = 0.1  # a step this long or longer: the verdict is asked after every one (check_every)
 Z_975 = 1.959963984540054  # the normal distribution's 97.5 % quantile
 
