@@ -198,3 +198,14 @@ def test_repeated_points_run_round_after_round_and_their_spread_is_one_row_each(
     assert fixed["median"] == 105.0 and fixed["range_rel"] == pytest.approx(10 / 105)
     assert fixed["ci_rel"] == pytest.approx(0.03) and fixed["vs_fixed"] is None
     assert (steady["n"], steady["vs_fixed"]) == (1, pytest.approx(90 / 105))
+
+
+def test_a_long_capped_point_is_set_against_its_workloads_fixed_window():
+    from caraml.compare import steady_window as sw
+
+    rows = [{"name": "fno_fixed", "status": "ok", "throughput": 700.0, "wall_s": 60.0},
+            {"name": "fno_steady_long", "status": "ok", "throughput": 770.0, "ci_rel": 0.015, "wall_s": 190.0},
+            {"name": "icdev_steady", "status": "ok", "throughput": 50.0, "wall_s": 70.0}]
+    by_name = {s["name"]: s for s in sw.spread(rows)}
+    assert by_name["fno_steady_long"]["vs_fixed"] == pytest.approx(1.1)
+    assert by_name["icdev_steady"]["vs_fixed"] is None  # no icdev_fixed among the rows

@@ -78,9 +78,10 @@ def spread(rows: list[dict]) -> list[dict]:
                         "wall_s": statistics.median(r["wall_s"] for r in runs),
                         "stopped_by": ",".join(sorted({str(r.get("stopped_by")) for r in runs}))})
     medians = {s["name"]: s["median"] for s in summary}
-    for s in summary:
-        fixed = medians.get(s["name"].replace("_steady_long", "_fixed").replace("_steady", "_fixed"))
-        s["vs_fixed"] = s["median"] / fixed if fixed and s["name"].find("_steady") > 0 else None
+    for s in summary:  # ic_steady and ic_steady_long against ic_fixed
+        workload, steady, _ = s["name"].partition("_steady")
+        fixed = medians.get(f"{workload}_fixed") if steady else None
+        s["vs_fixed"] = s["median"] / fixed if fixed else None
     return summary
 
 
