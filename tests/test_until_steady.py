@@ -18,6 +18,7 @@ TINY = ("run", "image_classification", "--preset", "smoke", "power=off", "data=s
         "image_size=32", "num_classes=10", "warmup_steps=2", "log_interval=0")
 # A GPT of two layers: steps of milliseconds, so a window of 20-150 steps takes seconds on a CPU.
 TINY_GPT = ("run", "llm_training", "--preset", "smoke", "power=off", "warmup_steps=1", "log_interval=0")
+GPT_NO_WARMUP = tuple(a for a in TINY_GPT if not a.startswith("warmup_steps="))
 TOKENS_PER_STEP = 2 * 64  # the smoke preset's micro-batch of 2 sequences of 64 tokens, per replica
 STEADY = ("measure=until-steady", "measure_ci=0.05", "measure_max_steps=150")
 
@@ -209,3 +210,18 @@ def test_a_long_capped_point_is_set_against_its_workloads_fixed_window():
     by_name = {s["name"]: s for s in sw.spread(rows)}
     assert by_name["fno_steady_long"]["vs_fixed"] == pytest.approx(1.1)
     assert by_name["icdev_steady"]["vs_fixed"] is None  # no icdev_fixed among the rows
+
+
+def test_a_warm_up_bounded_in_seconds_ends_after_three_steps_at_the_least(tmp_path):
+    """warmup_max_seconds ends a long warm-up early (steps of minutes), never before the compiling first step and two
+    more; the record says how many ran, and the bound is a measurement setting: the id does not change."""
+    slow = json.loads(cli(*GPT_NO_WARMUP, "warmup_steps=100000", "warmup_max_seconds=0.5", "measure_steps=3",
+                          "--results", tmp_path, "--json", check=0).stdout)
+    warm = slow["metrics"]["warmup"]
+    assert 3 <= warm["steps"] < 100000 and warm["time_s"] >= 0.5 and slow["status"] == "ok"
+    at_least = json.loads(cli(*GPT_NO_WARMUP, "warmup_steps=10", "warmup_max_seconds=0.000001", "measure_steps=3",
+                              "--results", tmp_path, "--json", check=0).stdout)
+    assert at_least["metrics"]["warmup"]["steps"] == 3 and at_least["id"] == slow["id"]
+    plain = json.loads(cli(*GPT_NO_WARMUP, "warmup_steps=4", "measure_steps=3", "--results", tmp_path, "--json",
+                           check=0).stdout)
+    assert plain["metrics"]["warmup"]["steps"] == 4 and plain["id"] == slow["id"]

@@ -25,6 +25,11 @@ class MeasureSettings:
 
     warmup_steps: int = setting(10, "steps run before measuring (compilation, autotuning); not timed as throughput",
                                 minimum=1, identifies=False)
+    # A GPT step of global batch 4096 takes minutes and is 256 micro-steps, all compiled after the first: ten of
+    # them are a warm-up of half an hour. 3 steps at the least: the median of the last three is the typical step.
+    warmup_max_seconds: float = setting(0.0, "if > 0, end the warm-up once it has run this long (s) and at least 3 "
+                                        "steps, before warmup_steps", minimum=0.0, identifies=False,
+                                        identifies_at_default=False)
     measure_steps: int = setting(50, "steps in the measured window", minimum=1, identifies=False)
     # the step count is fixed from the slowest rank's warm-up step
     measure_seconds: float = setting(0.0, "if > 0, measure for about this long instead (step count fixed from the "

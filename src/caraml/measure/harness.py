@@ -101,7 +101,9 @@ def _warm_up(run: StepRun) -> bool:
     """The warm-up steps, each timed on its own (a synchronisation after each); False when a stop came."""
     bench, log, m = run.bench, run.log, run.m
     total = run.settings.warmup_steps
-    run.phases.phase_start("warm-up", f"warm-up: {total} steps", steps=total)
+    bound = run.settings.warmup_max_seconds
+    run.phases.phase_start("warm-up", f"warm-up: {total} steps" + (
+        f", or {fmt_seconds(bound)} once {MIN_WARMUP_STEPS} are done" if bound > 0 else ""), steps=total)
     if _stop_agreed(run, every=1):  # a stop that came while the benchmark was being built
         return False
     start = last = time.perf_counter()
@@ -124,6 +126,8 @@ def _warm_up(run: StepRun) -> bool:
         if _stop_agreed(run, every=1):
             run.phases.phase_end("warm-up", f"stopped after {len(m.warmup_times)} steps", stopped=True)
             return False
+        if _warm_enough(run, now - start):
+            break
     m.warmup_s = time.perf_counter() - start
     first, rest = m.warmup_times[0], m.warmup_times[1:]
     typical = statistics.median(rest) if rest else None
@@ -131,8 +135,21 @@ def _warm_up(run: StepRun) -> bool:
     why = "compilation" if _compiled(bench) else "first-step setup"
     run.phases.phase_end("warm-up", f"first step {fmt_seconds(first)}" + (
         f" ({why}; then {fmt_seconds(typical)}/step)" if long_first else ""),
-        steps=total, first_step_s=round(first, 6), typical_step_s=round(typical, 6) if typical else None)
+        steps=len(m.warmup_times), first_step_s=round(first, 6),
+        typical_step_s=round(typical, 6) if typical else None)
     return True
+
+
+MIN_WARMUP_STEPS = 3  # the compiling first step, then two: the median of the last three is a typical step
+
+
+def _warm_enough(run: StepRun, elapsed: float) -> bool:
+    """Whether warmup_max_seconds ends the warm-up here, before warmup_steps: as soon as any rank has run that long,
+    so every rank measures from the same step."""
+    bound, done = run.settings.warmup_max_seconds, len(run.m.warmup_times)
+    if bound <= 0 or done < MIN_WARMUP_STEPS or done >= run.settings.warmup_steps:
+        return False
+    return run.dist.all_reduce(1.0 if elapsed >= bound else 0.0, "max") > 0
 
 
 _nothing = contextlib.nullcontext
