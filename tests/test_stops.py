@@ -21,3 +21,12 @@ def test_the_first_stop_signal_ends_a_block_that_checks_no_flag():
             signal.raise_signal(signal.SIGINT)
             pytest.fail("the block went on after a stop")
     assert stop.signal == "SIGINT"
+
+
+def test_a_second_stop_signal_ends_at_once_and_the_first_is_the_one_recorded():
+    from caraml.measure.stops import StopRequested
+
+    with StopRequested() as stop, pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)
+    assert stop.signal == "SIGTERM"

@@ -227,52 +227,21 @@ def test_a_warm_up_bounded_in_seconds_ends_after_three_steps_at_the_least(tmp_pa
     assert plain["metrics"]["warmup"]["steps"] == 4 and plain["id"] == slow["id"]
 
 
-def test_the_interval_is_students_t_over_the_batch_means_standard_error():
-    mean, half = steady.interval([1.0, 2.0, 3.0, 4.0])
-    assert mean == 2.5 and half == pytest.approx(3.182 * 1.2909944 / 2, rel=1e-4)
+def test_an_interval_exactly_at_the_target_stops():
+    times = _noise(100)
+    assert steady.verdict(times, target_ci=steady.verdict(times, 1.0).ci_rel).stop
 
 
-def test_halves_that_differ_by_more_than_their_interval_are_a_trend():
-    first = [0.0, 1.0] * 5  # each half's variance 0.278: the difference's 95 % interval is ±0.495
-    assert steady._halves_differ(first + [m + 0.7 for m in first])
-    assert not steady._halves_differ(first + [m + 0.3 for m in first])
+def test_a_minimum_equal_to_the_cap_is_accepted():
+    from caraml.settings import check_window
+
+    check_window({"measure": "until-steady", "measure_min_seconds": 10.0, "measure_max_seconds": 10.0}, {}, "run")
 
 
-def test_a_cap_reached_with_the_interval_exactly_at_its_target_blames_the_trend():
-    window = {"mode": "until-steady", "steps": 40, "ci_rel": 0.01, "target_ci": 0.01, "stopped_by": "max_seconds"}
-    assert "halves disagree" in steady.cap_warning(window, "measure_max_seconds=60")
+def test_the_time_share_is_the_steady_runs_time_over_the_fixed_runs():
+    from caraml.compare import steady_window as sw
 
-
-class _OtherRank:
-    """A world of two: this rank's value reduced with the other rank's."""
-
-    world_size = 2
-
-    def __init__(self, other: float):
-        self.other = other
-
-    def all_reduce(self, value: float, op: str = "sum") -> float:
-        return max(value, self.other) if op == "max" else value + self.other
-
-
-class _Clock:
-    def __init__(self, elapsed: float, times: list):
-        import time
-
-        self.wall_start, self._times = time.perf_counter() - elapsed, times
-
-    def completed_times(self):
-        return self._times
-
-
-def test_the_interval_stops_a_window_only_when_every_rank_has_it_and_wins_over_a_cap_reached_with_it():
-    from caraml.measure.harness import _steady_agreed
-    from caraml.settings import MeasureSettings
-
-    settings = MeasureSettings(measure="until-steady", measure_min_seconds=20, measure_max_seconds=100)
-    steady_times = _noise(400, rel=0.01)
-    assert _steady_agreed(_Clock(30, steady_times), settings, _OtherRank(0.0), 400, slow=True) is None
-    assert _steady_agreed(_Clock(30, steady_times), settings, _OtherRank(1.0), 400, slow=True) == "interval"
-    # the cap and the interval at the same check: the window did reach its interval, and says so
-    assert _steady_agreed(_Clock(120, steady_times), settings, _OtherRank(1.0), 400, slow=True) == "interval"
-    assert _steady_agreed(_Clock(120, steady_times), settings, _OtherRank(0.0), 400, slow=True) == "max_seconds"
+    rows = [{"name": "ic_fixed", "status": "ok", "throughput": 100.0, "wall_s": 50.0},
+            {"name": "ic_steady", "status": "ok", "throughput": 90.0, "wall_s": 75.0}]
+    sw.agreement(rows)
+    assert rows[1]["time_share"] == pytest.approx(1.5)
