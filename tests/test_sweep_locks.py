@@ -7,6 +7,8 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 from conftest import cli, records_in
@@ -151,3 +153,25 @@ def test_a_lock_path_that_is_a_folder_is_one_line(tmp_path, results, ran):
     proc = cli("sweep", tmp_path / "two.yaml", "--system", "CPU", "--results", results, check=2)
     assert proc.stderr.splitlines()[-1].startswith(f"caraml: error: lock {lock} cannot be opened"), proc.stderr
     assert "Traceback" not in proc.stderr and not (results / "runs").exists()
+
+
+def test_a_held_lock_is_exclusive_even_within_one_process(tmp_path):
+    path = tmp_path / "p.lock"
+    fd = locks.claim(path)
+    try:
+        assert fd is not None and locks.claim(path) is None  # flock: each open file is its own holder
+        assert locks.owner_of(path) == (os.getpid(), socket.gethostname())
+    finally:
+        os.close(fd)
+    again = locks.claim(path)
+    assert again is not None
+    os.close(again)
+
+
+@pytest.mark.subprocess
+def test_a_sweep_on_another_host_is_taken_to_run_and_a_dead_one_here_is_gone():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that was this host's and is no more
+    assert locks.alive((child.pid, "another-node-" + socket.gethostname()))
+    assert not locks.alive((child.pid, socket.gethostname())) and not locks.alive(None)
+    assert locks.alive((os.getpid(), socket.gethostname()))
