@@ -145,3 +145,18 @@ def test_the_report_has_no_reference_section_without_a_record_of_its_configurati
     write(results, caraml_2024_record("H100", 4, 64, 999.0, convention="steady"))
     html = Path(cli("report", "--results", results, "--out", tmp_path / "r.html", check=0).stdout.strip()).read_text()
     assert 'id="references"' not in html
+
+
+def test_the_refusal_names_the_closest_record_and_a_setting_it_never_recorded(tmp_path):
+    results = tmp_path / "results"
+    # one setting off (the convention) and three off: the refusal names the first, the closest
+    write(results, caraml_2024_record("H100", 4, 64, 999.0, convention="steady"))
+    write(results, caraml_2024_record("A100", 2, 32, 111.0, convention="steady", num_attention_heads=16,
+                                      caraml_config="2025"))
+    proc = cli("compare", "--reference", "caraml-2024", "--results", results, check=2)
+    (line,) = proc.stderr.strip().splitlines()
+    assert "the closest (H100, 4 device(s), global batch 64)" in line, line
+    ref = reference.load("caraml-2024")
+    key = next(iter(ref.configuration))
+    params = {k: v for k, v in ref.configuration.items() if k != key}
+    assert reference.differences(ref, params) == [f"{key} not recorded (reference: {ref.configuration[key]})"]
