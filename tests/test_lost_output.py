@@ -4,7 +4,10 @@ its exit code is the run's; the events file beside the record holds whole lines 
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -124,3 +127,40 @@ def test_the_events_file_on_a_disk_that_fills_holds_whole_lines(tmp_path):
     text = events.read_text()
     assert 0 < len(text) <= 700 and text.endswith("\n"), text[-200:]
     assert [json.loads(line)["key"] for line in text.splitlines()][:2] == ["run_start", "phase_start"]
+
+
+class _FullStream:
+    """A stream whose every write fails as a full disk does, counting the tries."""
+
+    def __init__(self):
+        self.tries = 0
+
+    def write(self, text):
+        self.tries += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        pass
+
+
+def test_a_dropped_stream_is_never_written_again_and_says_so_once():
+    from caraml.console import Forgiving
+
+    warned = io.StringIO()
+    stream = _FullStream()
+    out = Forgiving(stream, "stdout", warn=warned)
+    assert out.write("abc") == 3 and out.write("more") == 4 and out.write("again") == 5
+    assert stream.tries == 1 and out.lost.errno == errno.ENOSPC
+    assert warned.getvalue().count("caraml: warning: stdout cannot be written") == 1
+
+
+def test_a_dropped_stream_is_pointed_at_dev_null_so_its_buffer_can_be_flushed():
+    from caraml.console import Forgiving
+
+    with open("/dev/full", "w") as full:
+        out = Forgiving(full, "stdout")
+        out.write("x" * 100000)  # past the buffer: the write reaches /dev/full and fails
+        out.flush()
+        assert out.lost is not None and os.readlink(f"/proc/self/fd/{full.fileno()}") == os.devnull
+        out.write("after")
+        out.flush()  # the rest goes to /dev/null: nothing raises
