@@ -245,3 +245,16 @@ def test_the_time_share_is_the_steady_runs_time_over_the_fixed_runs():
             {"name": "ic_steady", "status": "ok", "throughput": 90.0, "wall_s": 75.0}]
     sw.agreement(rows)
     assert rows[1]["time_share"] == pytest.approx(1.5)
+
+
+def test_batch_means_leave_out_the_earliest_steps_not_the_latest():
+    assert steady._batch_means([100.0] + [1.0] * 40, 20) == [1.0] * 20
+
+
+def test_the_spread_counts_only_runs_that_ended_ok():
+    from caraml.compare import steady_window as sw
+
+    rows = [{"name": "gpt_fixed.1", "status": "ok", "throughput": 100.0, "wall_s": 50.0},
+            {"name": "gpt_fixed.2", "status": "interrupted", "throughput": 10.0, "wall_s": 5.0}]
+    (only,) = sw.spread(rows)
+    assert (only["n"], only["min"], only["max"]) == (1, 100.0, 100.0)
