@@ -258,3 +258,63 @@ def test_the_spread_counts_only_runs_that_ended_ok():
             {"name": "gpt_fixed.2", "status": "interrupted", "throughput": 10.0, "wall_s": 5.0}]
     (only,) = sw.spread(rows)
     assert (only["n"], only["min"], only["max"]) == (1, 100.0, 100.0)
+
+
+def test_a_time_cap_names_itself_in_its_warning(tmp_path):
+    proc = cli(*TINY_GPT, "measure=until-steady", "measure_ci=0.0001", "measure_min_seconds=0.5",
+               "measure_max_seconds=1", "--results", tmp_path, "--json", check=0)
+    window = json.loads(proc.stdout)["metrics"]["window"]
+    assert window["stopped_by"] == "max_seconds" and window["seconds"] >= 1.0
+    assert f"warning: the measured window stopped at measure_max_seconds=1 after {window['steps']} steps" \
+        in proc.stderr, proc.stderr
+
+
+def test_the_interval_is_students_t_over_the_batch_means_standard_error():
+    mean, half = steady.interval([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and half == pytest.approx(3.182 * 1.2909944 / 2, rel=1e-4)
+
+
+def test_halves_that_differ_by_more_than_their_interval_are_a_trend():
+    first = [0.0, 1.0] * 5  # each half's variance 0.278: the difference's 95 % interval is ±0.495
+    assert steady._halves_differ(first + [m + 0.7 for m in first])
+    assert not steady._halves_differ(first + [m + 0.3 for m in first])
+
+
+def test_a_cap_reached_with_the_interval_exactly_at_its_target_blames_the_trend():
+    window = {"mode": "until-steady", "steps": 40, "ci_rel": 0.01, "target_ci": 0.01, "stopped_by": "max_seconds"}
+    assert "halves disagree" in steady.cap_warning(window, "measure_max_seconds=60")
+
+
+class _OtherRank:
+    """A world of two: this rank's value reduced with the other rank's."""
+
+    world_size = 2
+
+    def __init__(self, other: float):
+        self.other = other
+
+    def all_reduce(self, value: float, op: str = "sum") -> float:
+        return max(value, self.other) if op == "max" else value + self.other
+
+
+class _Clock:
+    def __init__(self, elapsed: float, times: list):
+        import time
+
+        self.wall_start, self._times = time.perf_counter() - elapsed, times
+
+    def completed_times(self):
+        return self._times
+
+
+def test_the_interval_stops_a_window_only_when_every_rank_has_it_and_wins_over_a_cap_reached_with_it():
+    from caraml.measure.harness import _steady_agreed
+    from caraml.settings import MeasureSettings
+
+    settings = MeasureSettings(measure="until-steady", measure_min_seconds=20, measure_max_seconds=100)
+    steady_times = _noise(400, rel=0.01)
+    assert _steady_agreed(_Clock(30, steady_times), settings, _OtherRank(0.0), 400, slow=True) is None
+    assert _steady_agreed(_Clock(30, steady_times), settings, _OtherRank(1.0), 400, slow=True) == "interval"
+    # the cap and the interval at the same check: the window did reach its interval, and says so
+    assert _steady_agreed(_Clock(120, steady_times), settings, _OtherRank(1.0), 400, slow=True) == "interval"
+    assert _steady_agreed(_Clock(120, steady_times), settings, _OtherRank(0.0), 400, slow=True) == "max_seconds"
