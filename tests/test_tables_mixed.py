@@ -5,6 +5,7 @@ is marked."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
@@ -133,3 +134,23 @@ def test_the_table_module_imports_no_view_of_it():
     code = "import sys, caraml.results.table; print('caraml.results.select' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_presets_own_value_is_known_and_an_unknown_preset_explains_nothing():
+    from caraml.results import presets
+
+    assert presets._preset_value("image_classification", "smoke", "model") == "resnet18"
+    assert presets._preset_value("image_classification", presets.NONE, "model") == "resnet50"
+    assert presets._preset_value("image_classification", "no-such-preset", "model") is presets._UNKNOWN
+    assert presets._preset_value("no_such_workload", "smoke", "model") is presets._UNKNOWN
+    assert [presets._as_given(v) for v in (True, False, None, 0.1)] == ["on", "off", "-", "0.1"]
+
+
+def test_columns_at_the_smallest_width_are_fitted_and_below_it_ignored(monkeypatch):
+    from caraml.results import table
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # not a terminal
+    monkeypatch.setenv("COLUMNS", str(table.MIN_WIDTH))
+    assert table.terminal_width() == table.MIN_WIDTH
+    monkeypatch.setenv("COLUMNS", str(table.MIN_WIDTH - 1))
+    assert table.terminal_width() is None
