@@ -5,6 +5,7 @@ is one line. The points themselves are stood in for (no process starts): what is
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import socket
 import subprocess
@@ -175,3 +176,17 @@ def test_a_sweep_on_another_host_is_taken_to_run_and_a_dead_one_here_is_gone():
     assert locks.alive((child.pid, "another-node-" + socket.gethostname()))
     assert not locks.alive((child.pid, socket.gethostname())) and not locks.alive(None)
     assert locks.alive((os.getpid(), socket.gethostname()))
+
+
+def test_the_grace_for_a_gone_sweep_starts_again_whenever_it_is_seen_alive(tmp_path, monkeypatch):
+    """A holder seen alive, then gone: its grace counts from when it was last seen gone, not from the first time."""
+    seen_alive = iter([False, True, False, False, False, False, False, False])
+    now = itertools.count(0, 10)  # each poll 10 s later
+    tries = []
+    monkeypatch.setattr(locks, "claim", lambda path: tries.append(path) and None)
+    monkeypatch.setattr(locks, "owner_of", lambda path: (1, "host"))
+    monkeypatch.setattr(locks, "alive", lambda owner: next(seen_alive))
+    monkeypatch.setattr(locks.time, "monotonic", lambda: next(now))
+    monkeypatch.setattr(locks, "pause", lambda s: None)
+    assert locks.wait_for(tmp_path / "p.lock", grace_s=25) is None
+    assert len(tries) == 6  # gone at 0, alive at 10, gone from 20: 30 s past it at 50
