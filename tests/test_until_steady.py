@@ -318,3 +318,19 @@ def test_the_interval_stops_a_window_only_when_every_rank_has_it_and_wins_over_a
     # the cap and the interval at the same check: the window did reach its interval, and says so
     assert _steady_agreed(_Clock(120, steady_times), settings, _OtherRank(1.0), 400, slow=True) == "interval"
     assert _steady_agreed(_Clock(120, steady_times), settings, _OtherRank(0.0), 400, slow=True) == "max_seconds"
+
+
+def test_an_until_steady_eta_is_the_nearer_of_its_two_caps():
+    from types import SimpleNamespace
+
+    from caraml.measure.harness import _Lines
+    from caraml.settings import MeasureSettings
+
+    lines = object.__new__(_Lines)  # only its ETA: no run needed
+    lines.total, lines.clock = None, SimpleNamespace(wall_start=100.0)
+    lines.settings = MeasureSettings(measure="until-steady", measure_max_steps=1000, measure_max_seconds=600)
+    assert lines._eta(900, 0.5, now=110.0) == pytest.approx(50.0)  # 100 steps left at 0.5 s
+    assert lines._eta(100, 0.5, now=110.0) == pytest.approx(450.0)  # 900 steps left: 450 s, before the 590 s cap
+    assert lines._eta(100, 1.0, now=110.0) == pytest.approx(590.0)  # the time cap comes first
+    lines.total = 200
+    assert lines._eta(150, 0.5, now=110.0) == pytest.approx(25.0)  # a fixed window: the steps left
