@@ -15,7 +15,8 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
     caraml_2024_log   CARAML's 2024 configuration as it ran (--preset 800M-2024), global batch LLM_BENCH_CARAML_GBS
                       (512), convention=caraml-log: CARAML's tokens/s and TFLOP/s over every 5-iteration interval up
                       to the exit after LLM_BENCH_EXIT_MIN minutes (4), beside our steady-state figure of the same
-                      run (not in the default --only list: run it by name)
+                      run (not in the default --only list: run it by name; --set k=v changes the engine's settings,
+                      e.g. compile=inductor micro_batch_size=16, the global batch kept)
 
 The points caraml* other than caraml_2024_log keep the plain loop's settings (bf16 autocast, no dropout) over
 the preset's CARAML values, so that caraml/plain compares the same training.
@@ -376,11 +377,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "to run this time, each recorded as skipped (--skip)")
     parser.add_argument("--self-check", action="store_true", help="run on the CPU with the smoke model")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting for both points native_caraml and megatron (repeatable)")
+                        help="a setting for the points native_caraml, megatron and caraml_2024_log (repeatable; "
+                        "caraml_2024_log keeps its global batch whatever micro_batch_size is given)")
     args = parser.parse_args(argv)
     if args.budget is None:
         args.budget = float(os.environ.get("LLM_BENCH_BUDGET_S", "570"))
     args.only = [n for n in args.only.split(",") if n]
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if not key or not value or (key == "micro_batch_size" and not value.isdigit()):
+            refuse(f"--set {item}: give KEY=VALUE, e.g. --set compile=inductor (micro_batch_size a whole number)")
     return args
 
 
@@ -431,8 +437,9 @@ def single_point(name: str, setup: LLMSetup, args, out: Path, end: float, missin
     """One point outside the groups, with what is left of the budget."""
     left, s, w = end - time.monotonic(), args.steps, args.warmup
     if name == "caraml_2024_log":  # CARAML's long iterations: a few measured, then on to the exit
-        extra = [f"grad_accumulation={setup.gbs // setup.micro}", "convention=caraml-log",
-                 f"exit_minutes={setup.exit_min}"]
+        micro = int(dict(item.split("=", 1) for item in args.set).get("micro_batch_size") or setup.micro)
+        extra = [f"grad_accumulation={setup.gbs // micro}", "convention=caraml-log",
+                 f"exit_minutes={setup.exit_min}", *args.set]  # global batch kept whatever the micro-batch
         return caraml_point(setup, name, extra, out, min(s, 3), min(w, 2), left, base=setup.caraml_2024)
     if name == "megatron" and missing:
         return {"name": name, "status": f"skipped ({missing})"}
