@@ -90,10 +90,11 @@ def control_settings(setup: LLMSetup) -> dict:
 
 # caraml run, one process per point --------------------------------------------------------------------------------
 def merged(base: list[str], extra: list[str]) -> list[str]:
-    """`base` command-line items with each key=value of `extra` replacing the one of the same key (caraml run
-    refuses a key given twice)."""
-    keys = {item.split("=", 1)[0] for item in extra if "=" in item}
-    return [item for item in base if item.split("=", 1)[0] not in keys] + extra
+    """`base` command-line items, then `extra`'s, each key=value replacing an earlier one of the same key (caraml run
+    refuses a key given twice; --set overrides a point's own settings)."""
+    items = [*base, *extra]
+    last = {item.split("=", 1)[0]: i for i, item in enumerate(items) if "=" in item}
+    return [item for i, item in enumerate(items) if "=" not in item or last[item.split("=", 1)[0]] == i]
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> tuple | None:
