@@ -17,6 +17,11 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
                       to the exit after LLM_BENCH_EXIT_MIN minutes (4), beside our steady-state figure of the same
                       run (not in the default --only list: run it by name; --set k=v changes the engine's settings,
                       e.g. compile=inductor micro_batch_size=16, the global batch kept)
+    plain_2024        the plain loop with CARAML's 2024 training as plain PyTorch spells it (fp16 autocast and a
+                      GradScaler, dropout 0.1, the attention core recomputed) on its model (8 heads), at --set's
+                      micro_batch_size and grad_accumulation: beside native_caraml with the same --set, e.g.
+                      --only native_caraml,plain_2024 --set compile=inductor --set micro_batch_size=16
+                      --set grad_accumulation=4 (run it by name)
 
 The points caraml* other than caraml_2024_log keep the plain loop's settings (bf16 autocast, no dropout) over
 the preset's CARAML values, so that caraml/plain compares the same training.
@@ -54,14 +59,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from caraml.compare import llm_groups
-from caraml.compare.llm_plain import plain_loop
-from caraml.compare.llm_setup import LIKE_PLAIN, LLMSetup, caraml_schedule, from_env, on_cpu
+from caraml.compare.llm_plain import CARAML_2024, plain_loop
+from caraml.compare.llm_setup import LIKE_PLAIN, MODEL_KEYS, LLMSetup, caraml_schedule, from_env, on_cpu
 from caraml.compare.plan_check import plan_memory_gib, plan_time
 from caraml.compare.points import Column, table_lines
+from caraml.workloads.llm_training import PRESETS
 
 POINTS = ("caraml", "caraml_selective", "plain", "micro", "caraml_big", "caraml_acc", *llm_groups.GROUPS)
 BACKEND_POINTS = ("native_caraml", "megatron", "crosscheck")
-EXTRA_POINTS = ("caraml_2024_log",)  # run only when named in --only
+EXTRA_POINTS = ("caraml_2024_log", "plain_2024")  # run only when named in --only
 CARAML_SETTINGS = ("recompute=selective", "compile=none")  # CARAML's Megatron: selective recompute, no compiler
 CROSSCHECK_STEPS, CROSSCHECK_TOLERANCE = 20, 0.01
 # no dropout: the RNGs differ. lr 3e-4 without warm-up made the 800M's loss spike on the H200: the backends then
@@ -336,6 +342,21 @@ def plain_point(setup: LLMSetup, steps: int, warmup: int) -> dict:
         free_memory()
 
 
+def plain_2024_point(setup: LLMSetup, given: dict, steps: int, warmup: int) -> dict:
+    """The plain loop with CARAML's 2024 recipe (llm_plain.CARAML_2024) on its model (8 heads), at the micro-batch
+    and accumulation given by --set: those of native_caraml beside it."""
+    import torch
+
+    model = setup.model if setup.self_check else {k: PRESETS["800M-2024"][k] for k in MODEL_KEYS}
+    recipe = replace(CARAML_2024, accumulation=int(given.get("grad_accumulation") or 1))
+    try:
+        return {"name": "plain_2024", "status": "ok", "torch": torch.__version__,
+                **plain_loop(replace(setup, model=model), int(given.get("micro_batch_size") or setup.micro), steps,
+                             warmup, caraml_schedule(), recipe=recipe)}
+    finally:
+        free_memory()
+
+
 def micro_sweep(setup: LLMSetup, steps: int, warmup: int, budget_end: float) -> dict:
     """The plain loop at growing micro-batches until one does not fit (or the time budget ends)."""
     import torch
@@ -359,6 +380,11 @@ def micro_sweep(setup: LLMSetup, steps: int, warmup: int, budget_end: float) -> 
 
 
 # the command -------------------------------------------------------------------------------------------------------
+def given(args: argparse.Namespace) -> dict:
+    """The --set items as a dict (the last of a key wins, as on caraml's command line here)."""
+    return dict(item.split("=", 1) for item in args.set)
+
+
 def refuse(problem: str) -> None:
     """Bad input: one line on stderr, exit 2."""
     print(f"llm_bench: {problem}", file=sys.stderr)
@@ -386,8 +412,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.only = [n for n in args.only.split(",") if n]
     for item in args.set:
         key, _, value = item.partition("=")
-        if not key or not value or (key == "micro_batch_size" and not value.isdigit()):
-            refuse(f"--set {item}: give KEY=VALUE, e.g. --set compile=inductor (micro_batch_size a whole number)")
+        if not key or not value or (key in ("micro_batch_size", "grad_accumulation") and not value.isdigit()):
+            refuse(f"--set {item}: give KEY=VALUE, e.g. --set compile=inductor (micro_batch_size and "
+                   "grad_accumulation whole numbers)")
     return args
 
 
@@ -438,7 +465,7 @@ def single_point(name: str, setup: LLMSetup, args, out: Path, end: float, missin
     """One point outside the groups, with what is left of the budget."""
     left, s, w = end - time.monotonic(), args.steps, args.warmup
     if name == "caraml_2024_log":  # CARAML's long iterations: a few measured, then on to the exit
-        micro = int(dict(item.split("=", 1) for item in args.set).get("micro_batch_size") or setup.micro)
+        micro = int(given(args).get("micro_batch_size") or setup.micro)
         extra = [f"grad_accumulation={setup.gbs // micro}", "convention=caraml-log",
                  f"exit_minutes={setup.exit_min}", *args.set]  # global batch kept whatever the micro-batch
         return caraml_point(setup, name, extra, out, min(s, 3), min(w, 2), left, base=setup.caraml_2024)
@@ -450,6 +477,8 @@ def single_point(name: str, setup: LLMSetup, args, out: Path, end: float, missin
                             base=setup.caraml_2024)
     if name == "crosscheck":
         return crosscheck_point(setup, end)
+    if name == "plain_2024":
+        return plain_2024_point(setup, given(args), s, w)
     if name == "plain":
         return plain_point(setup, s, w)
     if name == "micro":
@@ -466,7 +495,8 @@ def report(setup: LLMSetup, rows: list[dict]) -> dict:
     from caraml.workloads.llm_training import sizes
 
     by = {r["name"]: r for r in rows}
-    for a, b, key in (("caraml", "plain", "ratio_to_plain"), ("native_caraml", "megatron", "ratio_to_megatron")):
+    for a, b, key in (("caraml", "plain", "ratio_to_plain"), ("native_caraml", "megatron", "ratio_to_megatron"),
+                      ("native_caraml", "plain_2024", "ratio_to_plain")):
         if by.get(a, {}).get("tokens_per_s") and by.get(b, {}).get("tokens_per_s"):
             by[a][key] = by[a]["tokens_per_s"] / by[b]["tokens_per_s"]
     return {"date": time.strftime("%Y-%m-%d"), "model": {**setup.model, "vocab_size": setup.vocab,
