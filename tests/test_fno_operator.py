@@ -215,3 +215,34 @@ def test_pointwise_as_a_1x1_convolution_is_the_same_product():
     plain = layer(x)
     layer.as_conv = True
     assert torch.allclose(layer(x), plain, atol=1e-6) and layer(x).shape == (2, 7, 6, 4, 3)
+
+
+@pytest.mark.subprocess
+def test_the_record_counts_the_graph_breaks_pic2d_compiles_with(tmp_path):
+    """PIC2D compiled: its matrix backend is one graph, torchkbnufft breaks it (`.item()`, data-dependent shapes);
+    the record counts the breaks with their reasons and the run says so in one line."""
+    import json
+
+    from conftest import caraml
+
+    breaks, lines = {}, {}
+    for backend in ("matrix", "torchkbnufft"):
+        proc = caraml("run", "fno", "--preset", "smoke-PIC2D", f"nufft_backend={backend}", "compile=inductor",
+                      "warmup_steps=2", "measure_steps=2", "power=off", "--results", tmp_path, "--json", check=0)
+        breaks[backend] = json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["warmup"]["graph_breaks"]
+        lines[backend] = [line for line in proc.stderr.splitlines() if "graph breaks" in line]
+    assert breaks["matrix"] == {"count": 0, "reasons": []} and not lines["matrix"]
+    assert breaks["torchkbnufft"]["count"] > 0
+    assert any(".item()" in r["reason"] for r in breaks["torchkbnufft"]["reasons"])
+    assert len(lines["torchkbnufft"]) == 1 and "ran eagerly" in lines["torchkbnufft"][0]
+
+
+def test_graph_breaks_count_only_those_since_the_build_began(monkeypatch):
+    """dynamo's counters live as long as the process: a run counts what its own build and steps added."""
+    from caraml.kit import compile as compile_mod
+
+    now = {"Unsupported Tensor.item() call\n  Explanation: ...": 5, "Dynamic shape operator": 1, "old": 3}
+    monkeypatch.setattr(compile_mod, "graph_break_counts", lambda: now)
+    found = compile_mod.graph_breaks({"Unsupported Tensor.item() call\n  Explanation: ...": 2, "old": 3})
+    assert found == {"count": 4, "reasons": [{"reason": "Unsupported Tensor.item() call", "times": 3},
+                                             {"reason": "Dynamic shape operator", "times": 1}]}

@@ -15,6 +15,7 @@ from caraml import params as params_mod
 from caraml.contract import RunContext
 from caraml.errors import BadInput
 from caraml.kit import torch_features
+from caraml.kit.compile import graph_break_counts, graph_breaks
 from caraml.measure.harness import Measurement, memory, metrics, run_steps
 from caraml.measure.log import LiveLog, fmt_seconds
 from caraml.measure.stops import StopRequested
@@ -249,6 +250,7 @@ def _measure(setup: _Setup, record: rec.RunRecord, m: Measurement, stop: StopReq
         if stop.signal is None:
             m.phase = "build"
             log.phase_start("build", f"build: {setup.run.workload.name} (model, data, optimizer)")
+            m.graph_breaks_before = graph_break_counts()
             with log.waiting("build"), stop.at_once():
                 bench = setup.run.workload.build(setup.run.config, setup.context())
             info = bench.info
@@ -285,6 +287,11 @@ def _bench_metrics(setup: _Setup, bench, record: rec.RunRecord, m: Measurement, 
     peak = systems.peak_tflops(setup.profile, info.precision)
     if m.steps or m.warmup_times:
         record.metrics.update(metrics(info, setup.dims, setup.dist, m, peak, interrupted=not collective))
+        if info.compiled and m.graph_breaks_before is not None:  # what compiling left eager, for the reader
+            breaks = record.metrics["warmup"]["graph_breaks"] = graph_breaks(m.graph_breaks_before)
+            if breaks["count"] and setup.dist.is_main:
+                print(f"caraml: compile: {breaks['count']} graph breaks: the code between graphs ran eagerly "
+                      f"(most often: {breaks['reasons'][0]['reason']})", file=sys.stderr, flush=True)
         if info.mfu_also:
             record.metrics["mfu_by_peak"] = mfu_by_peak(record.metrics.get("tflops_per_device"), setup.profile,
                                                         (info.precision, *info.mfu_also))

@@ -40,6 +40,7 @@ class Measurement:
     stop_signal: str | None = None
     agreed: bool = False  # all ranks stopped at the same step, so collectives are still safe
     window: dict | None = None  # how the measured window ended (caraml.measure.steady.window_record)
+    graph_breaks_before: dict | None = None  # torch.compile's graph breaks when the build began (kit.compile)
 
 
 def say(message: str, dist) -> None:
