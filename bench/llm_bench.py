@@ -19,7 +19,8 @@ synthetic tokens on the GPU. Points, in this order (each caraml point is its own
                       e.g. compile=inductor micro_batch_size=16, the global batch kept)
     plain_2024        the plain loop with CARAML's 2024 training as plain PyTorch spells it (fp16 autocast and a
                       GradScaler, dropout 0.1, the attention core recomputed) on its model (8 heads), at --set's
-                      micro_batch_size and grad_accumulation: beside native_caraml with the same --set, e.g.
+                      micro_batch_size, grad_accumulation and compile (uncompiled unless --set compile=inductor, as
+                      native_caraml): beside native_caraml with the same --set, e.g.
                       --only native_caraml,plain_2024 --set compile=inductor --set micro_batch_size=16
                       --set grad_accumulation=4 (run it by name)
 
@@ -349,10 +350,12 @@ def plain_2024_point(setup: LLMSetup, given: dict, steps: int, warmup: int) -> d
 
     model = setup.model if setup.self_check else {k: PRESETS["800M-2024"][k] for k in MODEL_KEYS}
     recipe = replace(CARAML_2024, accumulation=int(given.get("grad_accumulation") or 1))
+    compiled = setup.compile and given.get("compile", "none") != "none"  # uncompiled as native_caraml unless --set
     try:
-        return {"name": "plain_2024", "status": "ok", "torch": torch.__version__,
-                **plain_loop(replace(setup, model=model), int(given.get("micro_batch_size") or setup.micro), steps,
-                             warmup, caraml_schedule(), recipe=recipe)}
+        return {"name": "plain_2024", "status": "ok", "torch": torch.__version__, "compiled": compiled,
+                **plain_loop(replace(setup, model=model, compile=compiled),
+                             int(given.get("micro_batch_size") or setup.micro), steps, warmup, caraml_schedule(),
+                             recipe=recipe)}
     finally:
         free_memory()
 
@@ -412,9 +415,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.only = [n for n in args.only.split(",") if n]
     for item in args.set:
         key, _, value = item.partition("=")
-        if not key or not value or (key in ("micro_batch_size", "grad_accumulation") and not value.isdigit()):
+        if not key or not value or (key in ("micro_batch_size", "grad_accumulation") and
+                                    not (value.isdigit() and int(value) > 0)):
             refuse(f"--set {item}: give KEY=VALUE, e.g. --set compile=inductor (micro_batch_size and "
-                   "grad_accumulation whole numbers)")
+                   "grad_accumulation whole numbers of at least 1)")
     return args
 
 
@@ -466,8 +470,8 @@ def single_point(name: str, setup: LLMSetup, args, out: Path, end: float, missin
     left, s, w = end - time.monotonic(), args.steps, args.warmup
     if name == "caraml_2024_log":  # CARAML's long iterations: a few measured, then on to the exit
         micro = int(given(args).get("micro_batch_size") or setup.micro)
-        extra = [f"grad_accumulation={setup.gbs // micro}", "convention=caraml-log",
-                 f"exit_minutes={setup.exit_min}", *args.set]  # global batch kept whatever the micro-batch
+        extra = ["convention=caraml-log", f"exit_minutes={setup.exit_min}", *args.set,
+                 f"grad_accumulation={setup.gbs // micro}"]  # last: the global batch kept whatever --set says
         return caraml_point(setup, name, extra, out, min(s, 3), min(w, 2), left, base=setup.caraml_2024)
     if name == "megatron" and missing:
         return {"name": name, "status": f"skipped ({missing})"}
@@ -576,6 +580,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     setup = setup_for(args)
     check_names(args.only, setup.skip)
+    micro = int(given(args).get("micro_batch_size") or setup.micro)
+    if "caraml_2024_log" in args.only and setup.gbs % micro:
+        refuse(f"--set micro_batch_size={micro} does not divide caraml_2024_log's global batch {setup.gbs} "
+               "(LLM_BENCH_CARAML_GBS); give a divisor of it")
     missing = megatron_missing(setup) if {"megatron", "crosscheck"} & set(args.only) else None
     if missing:
         print(f"llm_bench: skipping the point megatron and crosscheck's megatron side: {missing}", file=sys.stderr)

@@ -25,8 +25,9 @@ def graph_break_counts() -> dict[str, int]:
 def graph_breaks(before: dict[str, int]) -> dict:
     """The graph breaks since `before` (graph_break_counts): a compiled model in one graph has none; each break
     runs the code between graphs eagerly. Reasons by their first line, most frequent first."""
-    since = {reason: n - before.get(reason, 0) for reason, n in graph_break_counts().items()}
-    since = {reason: n for reason, n in since.items() if n > 0}
-    top = sorted(since.items(), key=lambda item: -item[1])[:5]
-    return {"count": sum(since.values()),
-            "reasons": [{"reason": reason.strip().splitlines()[0][:200], "times": n} for reason, n in top]}
+    by_kind: dict[str, int] = {}  # dynamo's keys add the operator after the first line: one kind, several keys
+    for reason, n in graph_break_counts().items():
+        kind = (reason.strip().splitlines() or [""])[0][:200]
+        by_kind[kind] = by_kind.get(kind, 0) + n - before.get(reason, 0)
+    top = sorted(((kind, n) for kind, n in by_kind.items() if n > 0), key=lambda item: -item[1])
+    return {"count": sum(n for _, n in top), "reasons": [{"reason": kind, "times": n} for kind, n in top[:5]]}

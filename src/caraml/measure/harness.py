@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from caraml.kit.compile import graph_breaks
 from caraml.measure import steady
 from caraml.measure.log import LONG_FIRST_STEP, LiveLog, eta_text, fmt_seconds
 from caraml.measure.phases import MeasuredSteps, Phases, PowerMarks
@@ -41,6 +42,7 @@ class Measurement:
     agreed: bool = False  # all ranks stopped at the same step, so collectives are still safe
     window: dict | None = None  # how the measured window ended (caraml.measure.steady.window_record)
     graph_breaks_before: dict | None = None  # torch.compile's graph breaks when the build began (kit.compile)
+    graph_breaks: dict | None = None  # those made since, up to the end of the measured window
 
 
 def say(message: str, dist) -> None:
@@ -61,6 +63,8 @@ def run_steps(bench, settings: MeasureSettings, device, dist, m: Measurement, st
         if not _warm_up(run):
             return  # stopped before the window: the power phases end where the run did
         _measure(run)
+        if m.graph_breaks_before is not None:  # before the extra phase, whose compiles (FNO's report) are not the run's
+            m.graph_breaks = graph_breaks(m.graph_breaks_before)
         _run_extra(run)
     finally:
         gc.unfreeze()  # the frozen setup objects become collectable again once the steps are done
