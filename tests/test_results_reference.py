@@ -38,12 +38,15 @@ def caraml_2024_record(system: str, devices: int, global_batch: int, tflops: flo
 
 @pytest.fixture()
 def mixed(tmp_path) -> Path:
-    """Made-up runs: three global batches of the reference's configuration on one system, one compiled, and two
-    that must not stand beside the reference (our steady convention; the 2025 model's 16 heads)."""
+    """Made-up runs: three global batches of the reference's configuration on one system, one compiled, one
+    compiled in micro-batches of 16 (the engine's business), and three that must not stand beside the reference (our
+    steady convention; the 2025 model's 16 heads; dropout off)."""
     results = tmp_path / "results"
     for gbs, tflops in ((16, 250.0), (64, 300.0), (512, 350.0)):
         write(results, caraml_2024_record("H200", 1, gbs, tflops))
     write(results, caraml_2024_record("H200", 1, 64, 330.0, compile="inductor"))
+    write(results, caraml_2024_record("H200", 1, 512, 590.0, compile="inductor", micro_batch_size=16))
+    write(results, caraml_2024_record("H200", 1, 512, 777.0, attention_dropout=0.0, hidden_dropout=0.0))
     write(results, caraml_2024_record("H100", 4, 64, 999.0, convention="steady"))
     write(results, caraml_2024_record("H100", 4, 64, 888.0, num_attention_heads=16, caraml_config="2025"))
     return results
@@ -89,16 +92,20 @@ def test_compare_puts_yours_beside_every_reference_system_with_the_ratio_per_glo
                          check=0).stdout)
     ref = reference.load("caraml-2024")
     rows = {(r["settings"], r["global_batch_size"]): r for r in out["rows"]}
-    # the steady and the 16-head runs are not of the reference's configuration
-    assert sorted(rows) == [("compile=inductor", 64), ("compile=none", 16), ("compile=none", 64),
-                            ("compile=none", 512)]
+    # the steady, the 16-head and the dropout-off runs are not of the reference's configuration
+    assert sorted(rows) == [("micro_batch_size=16, compile=inductor", 512),
+                            ("micro_batch_size=4, compile=inductor", 64), ("micro_batch_size=4, compile=none", 16),
+                            ("micro_batch_size=4, compile=none", 64), ("micro_batch_size=4, compile=none", 512)]
     assert all(r["system"] == "H200" and r["devices"] == 1 for r in out["rows"])
     for (_, gbs), row in rows.items():
         for s in ref.systems:
             theirs = row["references"][s.name]
             assert theirs["value"] == s.points[gbs]
             assert theirs["ratio"] == pytest.approx(row["value"] / s.points[gbs])
-    assert rows[("compile=none", 512)]["references"]["GH200"]["ratio"] == pytest.approx(350.0 / 387.35)
+    assert rows[("micro_batch_size=4, compile=none", 512)]["references"]["GH200"]["ratio"] == pytest.approx(
+        350.0 / 387.35)
+    assert rows[("micro_batch_size=16, compile=inductor", 512)]["references"]["GH200"]["ratio"] == pytest.approx(
+        590.0 / 387.35)
     assert out["source"]["commit"] == ref.source["commit"] and out["configuration"]["num_attention_heads"] == 8
 
 
