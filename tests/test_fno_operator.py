@@ -231,8 +231,8 @@ def test_the_record_counts_the_graph_breaks_pic2d_compiles_with(tmp_path):
                       "warmup_steps=2", "measure_steps=2", "power=off", "--results", tmp_path, "--json", check=0)
         breaks[backend] = json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["warmup"]["graph_breaks"]
         lines[backend] = [line for line in proc.stderr.splitlines() if "graph breaks" in line]
-    assert breaks["matrix"] == {"count": 0, "reasons": []} and not lines["matrix"]
-    assert breaks["torchkbnufft"]["count"] > 0
+    assert breaks["matrix"] == {"count": 0, "graphs": 1, "reasons": []} and not lines["matrix"]
+    assert breaks["torchkbnufft"]["count"] > 0 and breaks["torchkbnufft"]["graphs"] > 1
     assert any(".item()" in r["reason"] for r in breaks["torchkbnufft"]["reasons"])
     assert len(lines["torchkbnufft"]) == 1 and "ran eagerly" in lines["torchkbnufft"][0]
 
@@ -242,9 +242,12 @@ def test_graph_breaks_count_only_those_since_the_build_began(monkeypatch):
     from caraml.kit import compile as compile_mod
 
     item = "Unsupported Tensor.item() call\n  Explanation: ...\n  Developer debug context: "
-    now = {item + "a": 5, item + "b": 2, "Dynamic shape operator": 4, "old": 3}
-    monkeypatch.setattr(compile_mod, "graph_break_counts", lambda: now)
-    found = compile_mod.graph_breaks({item + "a": 2, "old": 3})
+    graphs = compile_mod.GRAPHS
+    now = {item + "a": 5, item + "b": 2, "Dynamic shape operator": 4, "old": 3, graphs: 12}
+    monkeypatch.setattr(compile_mod, "graph_break_counts", lambda: dict(now))
+    found = compile_mod.graph_breaks({item + "a": 2, "old": 3, graphs: 2})
     # one kind on two operators is one reason (3 + 2), the most frequent first; what came before is not counted
-    assert found == {"count": 9, "reasons": [{"reason": "Unsupported Tensor.item() call", "times": 5},
-                                             {"reason": "Dynamic shape operator", "times": 4}]}
+    assert found == {"count": 9, "graphs": 10, "reasons": [{"reason": "Unsupported Tensor.item() call", "times": 5},
+                                                           {"reason": "Dynamic shape operator", "times": 4}]}
+    # no graph made since: nothing torch.compile'd (a TorchScript trace, PopTorch), no entry at all
+    assert compile_mod.graph_breaks(dict(now)) is None

@@ -289,8 +289,9 @@ def _bench_metrics(setup: _Setup, bench, record: rec.RunRecord, m: Measurement, 
         record.metrics.update(metrics(info, setup.dims, setup.dist, m, peak, interrupted=not collective))
         if info.compiled and m.graph_breaks_before is not None:  # what compiling left eager, for the reader
             breaks = m.graph_breaks or graph_breaks(m.graph_breaks_before)  # the latter: stopped before the end
-            record.metrics["warmup"]["graph_breaks"] = breaks
-            if breaks["count"] and setup.dist.is_main:
+            if breaks is not None:  # torch.compile made graphs (not a TorchScript trace, not PopTorch)
+                record.metrics["warmup"]["graph_breaks"] = breaks
+            if breaks and breaks["count"] and setup.dist.is_main:
                 print(f"caraml: compile: {breaks['count']} graph breaks: the code between graphs ran eagerly "
                       f"(most often: {breaks['reasons'][0]['reason']})", file=sys.stderr, flush=True)
         if info.mfu_also:

@@ -13,21 +13,33 @@ def compile_options(compiler: str, mode: str = "default") -> dict:
     return options
 
 
+GRAPHS = "<graphs>"  # graph_break_counts' entry for the graphs dynamo made (no reason of dynamo's looks like it)
+
+
 def graph_break_counts() -> dict[str, int]:
-    """How often torch.compile's tracer (dynamo) has broken a graph in this process, by reason; empty where it was
-    never loaded (nothing compiled)."""
+    """How often torch.compile's tracer (dynamo) has broken a graph in this process, by reason, and how many graphs
+    it made (under GRAPHS); empty where it was never loaded (nothing compiled)."""
     import sys
 
     dynamo = sys.modules.get("torch._dynamo.utils")
-    return dict(dynamo.counters.get("graph_break") or {}) if dynamo else {}
+    if dynamo is None:
+        return {}
+    return {**dynamo.counters.get("graph_break", {}), GRAPHS: dynamo.counters.get("stats", {}).get("unique_graphs", 0)}
 
 
-def graph_breaks(before: dict[str, int]) -> dict:
-    """The graph breaks since `before` (graph_break_counts): a compiled model in one graph has none; each break
-    runs the code between graphs eagerly. Reasons by their first line, most frequent first."""
+def graph_breaks(before: dict[str, int]) -> dict | None:
+    """The graphs torch.compile made since `before` (graph_break_counts) and the breaks between them: a compiled
+    model in one graph has none; each break runs the code between graphs eagerly. Reasons by their first line,
+    most frequent first. None where torch.compile made no graph (nothing compiled, or another compiler: a
+    TorchScript trace, PopTorch)."""
+    now = graph_break_counts()
+    graphs = now.pop(GRAPHS, 0) - before.get(GRAPHS, 0)
+    if graphs <= 0:
+        return None
     by_kind: dict[str, int] = {}  # dynamo's keys add the operator after the first line: one kind, several keys
-    for reason, n in graph_break_counts().items():
+    for reason, n in now.items():
         kind = (reason.strip().splitlines() or [""])[0][:200]
         by_kind[kind] = by_kind.get(kind, 0) + n - before.get(reason, 0)
     top = sorted(((kind, n) for kind, n in by_kind.items() if n > 0), key=lambda item: -item[1])
-    return {"count": sum(n for _, n in top), "reasons": [{"reason": kind, "times": n} for kind, n in top[:5]]}
+    return {"count": sum(n for _, n in top), "graphs": graphs,
+            "reasons": [{"reason": kind, "times": n} for kind, n in top[:5]]}
