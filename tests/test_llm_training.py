@@ -138,12 +138,16 @@ def test_compiling_caraml_2024_recipe_changes_no_number_and_keeps_its_dropout():
     compiled: the losses of the eager run, and its dropout still drops (a compiled GPU run of it is the figure of
     docs/performance.md's "CARAML's 2024 configuration compiled")."""
     from caraml.crosscheck import train_losses
+    from caraml.kit.compile import graph_break_counts, graph_breaks
 
     recipe = {"mixed_precision": "megatron", "precision": "fp16", "distributed_optimizer": "zero1",
               "recompute": "selective", "grad_accumulation": 2, "attention_dropout": 0.0, "hidden_dropout": 0.0}
     eager = train_losses({**recipe, "compile": "none"}, 3)
+    before = graph_break_counts()
     compiled = train_losses({**recipe, "compile": "inductor"}, 3)
     assert compiled == pytest.approx(eager, rel=1e-4)
+    made = graph_breaks(before)  # it was compiled, in one graph
+    assert made is not None and made["graphs"] >= 1 and made["count"] == 0
     dropped = train_losses({**recipe, "compile": "inductor", "attention_dropout": 0.1, "hidden_dropout": 0.1}, 3)
     assert dropped != compiled  # the masks change every loss (the first little: tiny initial weights)
 
