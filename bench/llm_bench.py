@@ -343,19 +343,18 @@ def plain_point(setup: LLMSetup, steps: int, warmup: int) -> dict:
         free_memory()
 
 
-def plain_2024_point(setup: LLMSetup, given: dict, steps: int, warmup: int) -> dict:
+def plain_2024_point(setup: LLMSetup, settings: dict, steps: int, warmup: int) -> dict:
     """The plain loop with CARAML's 2024 recipe (llm_plain.CARAML_2024) on its model (8 heads), at the micro-batch
     and accumulation given by --set: those of native_caraml beside it."""
     import torch
 
     model = setup.model if setup.self_check else {k: PRESETS["800M-2024"][k] for k in MODEL_KEYS}
-    recipe = replace(CARAML_2024, accumulation=int(given.get("grad_accumulation") or 1))
-    compiled = setup.compile and given.get("compile", "none") != "none"  # uncompiled as native_caraml unless --set
+    recipe = replace(CARAML_2024, accumulation=int(settings.get("grad_accumulation") or 1))
+    compiled = setup.compile and settings.get("compile", "none") != "none"  # uncompiled as native_caraml unless --set
     try:
         return {"name": "plain_2024", "status": "ok", "torch": torch.__version__, "compiled": compiled,
                 **plain_loop(replace(setup, model=model, compile=compiled),
-                             int(given.get("micro_batch_size") or setup.micro), steps, warmup, caraml_schedule(),
-                             recipe=recipe)}
+                             given_micro(settings, setup), steps, warmup, caraml_schedule(), recipe=recipe)}
     finally:
         free_memory()
 
@@ -386,6 +385,11 @@ def micro_sweep(setup: LLMSetup, steps: int, warmup: int, budget_end: float) -> 
 def given(args: argparse.Namespace) -> dict:
     """The --set items as a dict (the last of a key wins, as on caraml's command line here)."""
     return dict(item.split("=", 1) for item in args.set)
+
+
+def given_micro(settings: dict, setup: LLMSetup) -> int:
+    """The micro-batch --set gives (checked by parse: a whole number of at least 1), else the run's."""
+    return int(settings.get("micro_batch_size") or setup.micro)
 
 
 def refuse(problem: str) -> None:
@@ -469,7 +473,7 @@ def single_point(name: str, setup: LLMSetup, args, out: Path, end: float, missin
     """One point outside the groups, with what is left of the budget."""
     left, s, w = end - time.monotonic(), args.steps, args.warmup
     if name == "caraml_2024_log":  # CARAML's long iterations: a few measured, then on to the exit
-        micro = int(given(args).get("micro_batch_size") or setup.micro)
+        micro = given_micro(given(args), setup)
         extra = ["convention=caraml-log", f"exit_minutes={setup.exit_min}", *args.set,
                  f"grad_accumulation={setup.gbs // micro}"]  # last: the global batch kept whatever --set says
         return caraml_point(setup, name, extra, out, min(s, 3), min(w, 2), left, base=setup.caraml_2024)
@@ -580,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     setup = setup_for(args)
     check_names(args.only, setup.skip)
-    micro = int(given(args).get("micro_batch_size") or setup.micro)
+    micro = given_micro(given(args), setup)
     if "caraml_2024_log" in args.only and setup.gbs % micro:
         refuse(f"--set micro_batch_size={micro} does not divide caraml_2024_log's global batch {setup.gbs} "
                "(LLM_BENCH_CARAML_GBS); give a divisor of it")

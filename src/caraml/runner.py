@@ -16,7 +16,7 @@ from caraml.contract import RunContext
 from caraml.errors import BadInput
 from caraml.kit import torch_features
 from caraml.kit.compile import graph_break_counts, graph_breaks
-from caraml.measure.harness import Measurement, memory, metrics, run_steps
+from caraml.measure.harness import Measurement, memory, metrics, run_steps, say
 from caraml.measure.log import LiveLog, fmt_seconds
 from caraml.measure.stops import StopRequested
 from caraml.paths import ensure_writable_dir, safe_name
@@ -288,12 +288,13 @@ def _bench_metrics(setup: _Setup, bench, record: rec.RunRecord, m: Measurement, 
     if m.steps or m.warmup_times:
         record.metrics.update(metrics(info, setup.dims, setup.dist, m, peak, interrupted=not collective))
         if info.compiled and m.graph_breaks_before is not None:  # what compiling left eager, for the reader
-            breaks = m.graph_breaks or graph_breaks(m.graph_breaks_before)  # the latter: stopped before the end
+            # the harness counted to the end of the window; a run stopped before it is counted up to now
+            breaks = m.graph_breaks if m.graph_breaks is not None else graph_breaks(m.graph_breaks_before)
             if breaks is not None:  # torch.compile made graphs (not a TorchScript trace, not PopTorch)
                 record.metrics["warmup"]["graph_breaks"] = breaks
-            if breaks and breaks["count"] and setup.dist.is_main:
-                print(f"caraml: compile: {breaks['count']} graph breaks: the code between graphs ran eagerly "
-                      f"(most often: {breaks['reasons'][0]['reason']})", file=sys.stderr, flush=True)
+                if breaks["count"]:
+                    say(f"compile: {breaks['count']} graph breaks: the code between graphs ran eagerly (most often: "
+                        f"{breaks['reasons'][0]['reason']})", setup.dist)
         if info.mfu_also:
             record.metrics["mfu_by_peak"] = mfu_by_peak(record.metrics.get("tflops_per_device"), setup.profile,
                                                         (info.precision, *info.mfu_also))
