@@ -25,6 +25,7 @@ def main() -> None:
         with open(out, "w") as handle:
             json.dump(losses, handle)
     distributed.shutdown(ctx)
+    distributed.end_rank(0)  # not through the interpreter's teardown: see end_rank
 
 
 if __name__ == "__main__":

@@ -254,22 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         if not (getattr(exc, "every_rank", False) and _quiet_rank()):
             print(f"caraml: error: {shown(exc, 2000)}", file=sys.stderr)  # one line, even around a long value
-        return 2
+        code = 2
     except KeyboardInterrupt:
         print("caraml: interrupted", file=sys.stderr)
-        return 130
+        code = 130
     except BrokenPipeError:  # `caraml result | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        _leave_rank(code)
+        code = 0
+    from caraml import distributed
+
+    distributed.end_rank(code)  # a rank ends here, once its output is flushed
     return code
-
-
-def _leave_rank(code) -> None:
-    """End a torchrun/srun rank once its work is done and its output flushed, without the interpreter's
-    teardown: a gloo process group freed while Python finalises its modules can abort the rank
-    ("terminate called without an active exception"), seen on loaded CI machines after a complete run."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else 0)
