@@ -189,6 +189,31 @@ def test_nproc_per_node_runs_its_ranks_under_torchrun(results):
     assert [r["run_id"] for r in records_in(results)] == [record["run_id"]]
 
 
+RANK_SCRIPT = """
+import atexit
+from caraml import distributed
+atexit.register(lambda: print("teardown ran", flush=True))
+ctx = distributed.launch_env()
+distributed.end_rank(5)  # no process group started: it returns
+distributed.init(ctx, "cpu")
+print(f"rank {ctx.rank} done", end="")  # not flushed: end_rank flushes it
+distributed.shutdown(ctx)
+distributed.end_rank(0)
+print("after end_rank")
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_rank_ends_flushed_and_without_the_interpreters_teardown(tmp_path):
+    # the teardown is where gloo's worker thread aborted a rank of a complete run (see distributed.end_rank)
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    proc = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script],
+               env=cli_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(proc.stdout.replace("done", "done\n").split()) == ["0", "1", "done", "done", "rank", "rank"]
+
+
 def test_measure_seconds_fixes_step_count(results):
     record, _ = run_json(results, "image_size=32", "batch_size=4", "warmup_steps=4", "measure_seconds=4",
                          "measure_steps=1")
