@@ -62,6 +62,7 @@ transformer_utils.get_default_causal_mask = fused_softmax.get_default_causal_mas
 megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
 megatron_random.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
 
+from caraml import distributed  # noqa: E402
 from caraml.contract import RunContext  # noqa: E402
 from caraml.distributed import DistContext  # noqa: E402
 from caraml.runner import RunSpec, resolve  # noqa: E402
@@ -109,3 +110,4 @@ def _run(overrides: dict, steps: int) -> dict:
 
 given, steps = json.loads(sys.argv[1]), int(sys.argv[2])
 print(json.dumps([_run(overrides, steps) for overrides in (given if isinstance(given, list) else [given])]))
+distributed.end_rank(0)  # megatron-core's gloo group: not through the interpreter's teardown (see end_rank)

@@ -7,7 +7,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-_started = False  # this process started a process group (init): see end_rank
+_started = False  # this process started a process group (start_group): see end_rank
 
 
 @dataclass
@@ -74,8 +74,15 @@ def init(ctx: DistContext, device_type: str) -> None:
 
     ctx.backend = "nccl" if device_type == "cuda" else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=ctx.backend)
+        start_group(ctx.backend)
+
+
+def start_group(backend: str, **options) -> None:
+    """torch.distributed.init_process_group, remembered: a process that started a group ends through end_rank."""
+    import torch.distributed as dist
+
     global _started
+    dist.init_process_group(backend=backend, **options)
     _started = True
 
 
@@ -91,7 +98,7 @@ def shutdown(ctx: DistContext) -> None:
 
 def end_rank(code) -> None:
     """End this process now, its output flushed, without the interpreter's teardown, when it started a process group
-    (a torchrun/srun rank); otherwise return.
+    (a torchrun/srun rank, or megatron-core's group of one process); otherwise return.
 
     A gloo group outlives destroy_process_group while Python objects (a device mesh, a cached group) hold it, and its
     worker thread frees each finished collective after the caller has moved on. When that happens while Python

@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from caraml.contract import RunContext
+from caraml.distributed import start_group
 from caraml.workloads.llm_training import data as data_mod
 from caraml.workloads.llm_training import sizes
 from caraml.workloads.llm_training.bench import ADAM_BETAS, ADAM_EPS, GPTBench
@@ -185,8 +186,8 @@ class MegatronBench(GPTBench):
         """megatron-core needs a process group even for one process; True when this bench started it."""
         if dist.is_initialized():
             return False
-        dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
-                                init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        start_group("nccl" if self.device.type == "cuda" else "gloo",
+                    init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
         return True
 
     def _start_parallel_state(self, parallel_state) -> None:
