@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, run, wait_until
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, run, run_cli, wait_until
 
 from caraml.results.record import validate
 
@@ -212,6 +212,43 @@ def test_a_rank_ends_flushed_and_without_the_interpreters_teardown(tmp_path):
                env=cli_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(proc.stdout.replace("done", "done\n").split()) == ["0", "1", "done", "done", "rank", "rank"]
+    # one process with a group of its own (as megatron-core's): its exit code is the one given
+    script.write_text(ONE_GROUP_SCRIPT)
+    proc = run([sys.executable, script], env=cli_env())
+    assert (proc.returncode, proc.stdout) == (7, "started"), proc.stderr[-3000:]
+
+
+ONE_GROUP_SCRIPT = """
+import atexit
+import socket
+from caraml import distributed
+atexit.register(lambda: print("teardown ran", flush=True))
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+distributed.start_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+print("started", end="")
+distributed.end_rank(7)
+"""
+
+
+def test_a_crash_in_a_process_with_a_group_is_said_and_ends_through_end_rank(monkeypatch, capsys):
+    import caraml.cli as cli
+    from caraml import distributed
+
+    def crash(args):
+        raise RuntimeError("a peer is gone")
+
+    ended = []
+    monkeypatch.setattr(cli, "_systems", crash)
+    monkeypatch.setattr(distributed, "end_rank", ended.append)
+    monkeypatch.setattr(distributed, "group_started", lambda: True)
+    code, out, err = run_cli(capsys, "systems")
+    assert (code, ended, out) == (1, [1], "")
+    assert err.startswith("Traceback") and err.rstrip().endswith("RuntimeError: a peer is gone")
+    monkeypatch.setattr(distributed, "group_started", lambda: False)  # no group: Python's own way out
+    with pytest.raises(RuntimeError, match="a peer is gone"):
+        cli.main(["systems"])
 
 
 def test_measure_seconds_fixes_step_count(results):

@@ -6,7 +6,9 @@ import argparse
 import json
 import os
 import sys
+import traceback
 
+from caraml import distributed
 from caraml.errors import BadInput, printable, shown
 
 DEFAULT_RESULTS = "caraml-results"
@@ -261,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `caraml result | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
-    from caraml import distributed
-
-    distributed.end_rank(code)  # a rank ends here, once its output is flushed
+    except Exception:
+        if not distributed.group_started():
+            raise
+        traceback.print_exc()  # said as Python would, then ended by end_rank: not through the interpreter's teardown
+        code = 1
+    distributed.end_rank(code)  # a process with a process group (a rank) ends here, its output flushed
     return code
