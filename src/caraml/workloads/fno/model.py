@@ -30,7 +30,7 @@ learned weights, inverse transform. The transform depends on where the samples l
 
 Spectral weights are real tensors with a trailing (real, imag) dim of 2 and the complex product is
 done with one real batched matmul, so that torch.compile/inductor sees no complex parameters
-(complex64 weights made inductor fail with KeyError 'complex64'); `complex_weights=True` keeps
+(some inductor versions failed on complex64 weights with KeyError 'complex64'); `complex_weights=True` keeps
 torch.cfloat weights and complex einsums (the classic implementation) for comparison.
 `half_spectral=True` is CARAML's complex mixed precision: the FFTs and the spectral product in fp16
 (cuFFT does half precision for power-of-two sizes only), scaled orthonormally (1/sqrt(N) both ways:
