@@ -35,9 +35,7 @@ torchkbnufft eager, PIC1D eager/compiled, through `caraml run`, then the plain l
 `--group pic1d-layouts` (issue23-pic1d; budget 150 s): PIC1D with dse_layout=channels-last (the default) against
 channels-first (the layout before), compiled and eager, and `PIC1D_layout_check`: the two layouts' output and
 gradients on one batch in this process (matmul precision highest and high), against 1e-4 and the TF32 floor, then the
-plain loop at PIC1D channels-last (caraml/plain). `--group pic1d-fused` (budget 200 s): PIC1D compiled with
-dse_fused=on against off, two processes each in alternation (off, on, on, off), then `PIC1D_fused_check`: dse_fused
-compiled against channels-first eager under precision highest and high, beside the layout check.
+plain loop at PIC1D channels-last (caraml/plain).
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention

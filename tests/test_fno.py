@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -686,71 +685,3 @@ def test_the_pic1d_bench_trains_the_layout_asked_for(layout):
     assert bench.details()["settings"]["dse_layout"] == layout
     assert ("[B, P, C] activations" in bench.details()["math"]["transform"]) == (layout == "channels-last")
     bench.close()
-
-
-@pytest.mark.subprocess  # inductor's C++ compiler
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_pic1d_fused_layers_are_the_same_layers_compiled(precision):
-    """dse_fused: each layer's inverse DSE, skip product, bias and GELU as one compiled reduction. Compiled by
-    inductor on the CPU it gives the unfused model's output and gradients (input, every weight) within 1e-5
-    relative in float32, and under bf16 autocast the skip product rounds as F.linear does (within bf16's own
-    rounding of the same sums)."""
-    import torch.nn.functional as F
-
-    from caraml.workloads.fno.model import FNO
-
-    gen = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 2, 300, generator=gen)
-    x[:, 0] = 2 * math.pi * torch.rand(2, 300, generator=gen)
-    y = torch.randn(2, 1, 300, generator=gen)
-    results, weights = [], None
-    for fused in (False, True):
-        torch._dynamo.reset()
-        model = FNO(2, 1, 8, (5,), 3, kind="dse", dse_layout="channels-last", dse_fused=fused)
-        weights = weights or model.state_dict()
-        model.load_state_dict(weights)
-        xx = x.clone().requires_grad_(True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            out = torch.compile(model)(xx)
-            F.l1_loss(out.float(), y).backward()
-        results.append({"out": out.detach().float(), "x": xx.grad[:, 1],
-                        **{n: p.grad for n, p in model.named_parameters()}})
-    tolerance = 1e-5 if precision == "fp32" else 2e-2
-    for name, ref in results[0].items():
-        rel = ((results[1][name] - ref).norm() / ref.norm()).item()
-        assert rel < tolerance, (name, rel)
-
-
-@pytest.mark.subprocess  # inductor's C++ compiler
-def test_pic1d_fused_layers_write_no_broadcast_product():
-    """Compiled, the fused layer's broadcast products ([B, S, 2m, P/S, C] and [B, P, C, C]) are summed where they are
-    made: no buffer of the generated code is that large, forward or backward."""
-    from torch._inductor.utils import run_and_get_code
-
-    from caraml.workloads.fno.model import FNO
-
-    gen = torch.Generator().manual_seed(5)
-    x = torch.randn(2, 2, 300, generator=gen)
-    x[:, 0] = 2 * math.pi * torch.rand(2, 300, generator=gen)
-    torch._dynamo.reset()
-    model = FNO(2, 1, 8, (5,), 2, kind="dse", dse_layout="channels-last", dse_fused=True)
-    compiled = torch.compile(model)
-    _, codes = run_and_get_code(lambda: compiled(x.requires_grad_(True)).square().sum().backward())
-    sizes = [math.prod(int(n) for n in m.group(1).split(",") if n.strip())
-             for code in codes for m in re.finditer(r"empty_strided_\w+\(\(([\d, ]+)\)", code)]
-    assert sizes and max(sizes) <= 2 * 300 * 8 * 4, max(sizes)  # [B, P, hidden]: the head's widest activation
-
-
-def test_pic1d_fused_layers_are_refused_where_they_cannot_run():
-    from caraml.errors import BadInput
-
-    assert _config(problem="PIC1D", compile="inductor", dse_fused=True).dse_fused
-    for values, says in (({"problem": "RBC2D", "compile": "inductor"}, "applies to PIC1D only"),
-                         ({"problem": "PIC1D"}, "needs the layers compiled"),
-                         ({"problem": "PIC1D", "compile": "inductor", "compile_scope": "pointwise"},
-                          "needs the layers compiled"),
-                         ({"problem": "PIC1D", "compile": "inductor", "dse_layout": "channels-first"},
-                          "needs dse_layout=channels-last"),
-                         ({"problem": "PIC1D", "compile": "inductor", "complex_weights": True}, "real float32")):
-        with pytest.raises(BadInput, match=says):
-            _config(dse_fused=True, **values)

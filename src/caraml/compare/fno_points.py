@@ -8,7 +8,6 @@ time budget cuts from the end); their old names stay accepted (GROUP_ALIASES).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 STEPS = {"RBC2D": (20, 300), "RBC3D": (10, 100), "PIC1D": (8, 40), "PIC2D": (8, 40)}  # warm-up, measured steps
@@ -100,12 +99,6 @@ _LOOPS = {
     "PIC1D_caraml_channels_first_eager": _c("PIC1D", "dse_layout=channels-first"),
     "PIC1D_caraml_channels_first_compiled": _c("PIC1D", "dse_layout=channels-first", "compile=inductor"),
     "PIC1D_layout_check": {"problem": "PIC1D", "layout_check": True, "compiled": True},
-    # each layer's inverse DSE, skip product, bias and GELU as one compiled reduction, and its check
-    "PIC1D_caraml_fused_compiled": _c("PIC1D", "compile=inductor", "dse_fused=on"),
-    "PIC1D_fused_check": {"problem": "PIC1D", "layout_check": True, "compiled": True, "fused": True},
-    # the same two once more, in a process each: the spread of one point between processes
-    "PIC1D_caraml_compiled_again": _c("PIC1D", "compile=inductor"),
-    "PIC1D_caraml_fused_compiled_again": _c("PIC1D", "compile=inductor", "dse_fused=on"),
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
@@ -136,16 +129,10 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
     # compiled through `caraml run` (about 2 minutes)
     "pic1d-layouts": [
         "PIC1D_caraml_compiled", "PIC1D_caraml_channels_first_compiled", "PIC1D_caraml_eager",
-        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check", "PIC1D_plain_compiled", "PIC1D_plain_eager"],
-    # PIC1D: dse_fused=on against off, compiled, each twice in alternation (the spread of one process), then the
-    # check of its results (about 3 minutes)
-    "pic1d-fused": [
-        "PIC1D_caraml_compiled", "PIC1D_caraml_fused_compiled", "PIC1D_caraml_fused_compiled_again",
-        "PIC1D_caraml_compiled_again", "PIC1D_fused_check"]}
+        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check", "PIC1D_plain_compiled", "PIC1D_plain_eager"]}
 GROUP_ALIASES = {"issue19": "fno-operators", "issue19-recheck": "fno-recheck", "issue23-pic": "pic-throughput",
                  "issue23-pic1d": "pic1d-layouts"}  # the groups' old names
-# seconds, where --budget is not given (else 420)
-GROUP_BUDGETS = {"pic-throughput": 180, "pic1d-layouts": 150, "pic1d-fused": 200}
+GROUP_BUDGETS = {"pic-throughput": 180, "pic1d-layouts": 150}  # seconds, where --budget is not given (else 420)
 PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 before the channels-last layout
 
 
@@ -265,18 +252,8 @@ def _pic1d_goals(by: dict, out: dict) -> None:
     if layouts.get("status") == "ok":
         out["goals"]["pic1d_layouts_equal_within_1e-4"] = layouts["equal_within_1e-4"]
         out["goals"]["pic1d_layouts_within_tf32_floor"] = layouts["high_within_tf32_floor"]
-    unfused = [r for r in (_rate(by, "PIC1D_caraml_compiled"), _rate(by, "PIC1D_caraml_compiled_again")) if r]
-    fused = [r for r in (_rate(by, "PIC1D_caraml_fused_compiled"), _rate(by, "PIC1D_caraml_fused_compiled_again"))
-             if r]
-    if unfused and fused:  # dse_fused=on over off, each the mean of its processes, and the spread of each
-        out["pic1d_fused_over_unfused"] = {"ratio": statistics.fmean(fused) / statistics.fmean(unfused),
-                                           "fused": fused, "unfused": unfused}
-    check = by.get("PIC1D_fused_check") or {}
-    if check.get("status") == "ok":
-        out["goals"]["pic1d_fused_equal_within_1e-4"] = check["equal_within_1e-4"]
-    best = max(unfused + fused, default=None)
-    if best:
-        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = best >= 2 * PIC1D_START
+    if _rate(by, "PIC1D_caraml_compiled"):
+        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = _rate(by, "PIC1D_caraml_compiled") >= 2 * PIC1D_START
 
 
 def summary(by: dict) -> dict:

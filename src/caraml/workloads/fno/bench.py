@@ -197,8 +197,7 @@ class FNOBench:
         try:
             model = build_model(pb, cfg.width, cfg.kept_modes, cfg.layers, complex_weights=cfg.complex_weights,
                                 half_spectral=cfg.complex_mixed_precision, particles=spatial[-1],
-                                nufft_backend=cfg.nufft_backend, dse_layout=cfg.dse_layout,
-                                dse_fused=cfg.dse_fused)
+                                nufft_backend=cfg.nufft_backend, dse_layout=cfg.dse_layout)
         except ValueError as exc:  # a PIC2D operator torchkbnufft cannot make at these sizes
             raise BadInput(f"fno: {pb.name}: {exc}") from None
         if cfg.complex_mixed_precision and pb.kind != "dse":
@@ -478,7 +477,7 @@ class FNOBench:
                          "weight_decay": cfg.weight_decay, "scheduler": pb.scheduler, "loss": pb.loss,
                          **({"pic2d_operator": cfg.pic2d_operator} if pb.name == "PIC2D" else {}),
                          **({"nufft_backend": cfg.nufft_backend} if pb.kind == "kbnufft" else {}),
-                         **({"dse_layout": cfg.dse_layout, "dse_fused": cfg.dse_fused} if pb.kind == "dse" else {})},
+                         **({"dse_layout": cfg.dse_layout} if pb.kind == "dse" else {})},
             "model_params": self.n_params, "model_params_m": self.n_params / 1e6,
             "model_size_mb": self.n_params * 4 / 1e6,  # as CARAML: parameters x 4 bytes
             "input_shape": "[" + ",".join(str(n) for n in (data.batch, pb.in_channels, *data.spatial)) + "]",

@@ -26,24 +26,6 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 def _compiled(values: dict) -> bool:
     """compile_mode and compile_scope apply only where something is compiled."""
     return values.get("compile", "none") != "none"
-
-
-def fused_misfit(name: str, kind: str, values: dict) -> str | None:
-    """Why dse_fused=on cannot run with these values (one line), or None. Eager, the broadcast products it sums
-    would be written out whole ([B, P, 2m, C]: gigabytes), so it needs the compiler to fuse them."""
-    if kind != "dse":
-        return (f"fno: dse_fused=on applies to PIC1D only (its direct spectral evaluation); {name} has no DSE: "
-                "leave it out")
-    if values["dse_layout"] != "channels-last":
-        return "fno: dse_fused=on needs dse_layout=channels-last (its [B, P, C] activations); leave dse_layout out"
-    if values["compile"] == "none" or values["compile_scope"] == "pointwise":
-        return ("fno: dse_fused=on needs the layers compiled (compile=inductor, compile_scope model, step or epoch): "
-                "eager it would write [B, P, 2m, C] products out whole")
-    if values["complex_weights"] or values["complex_mixed_precision"]:
-        return "fno: dse_fused=on works on real float32 spectra: leave complex_weights and complex_mixed_precision off"
-    return None
-
-
 DATA_PATHS = ("synthetic", "file", "synthetic-host", "auto")
 CARAML_VERSIONS = ("none", "2025.02", "2026.02")
 
@@ -138,13 +120,6 @@ class FNOConfig:
                               "or as [B, C, P] with a forward and an inverse matrix (channels-first, CARAML's Conv1d "
                               "layout, the implementation before); the same results to float rounding",
                               choices=("channels-last", "channels-first"), identifies_at_default=False)
-    # added later: at its default, ids stay as before
-    dse_fused: bool = setting(False, "PIC1D, channels-last and compiled only: each Fourier layer's inverse DSE, skip "
-                              "product, bias and GELU computed as one compiled reduction over the 2m modes and the "
-                              "width (the [B P, 2m] x [2m, C] and [B P, C] x [C, C] products summed in registers, "
-                              "their [B, P, C] outputs never written); off: cuBLAS products and a fused add-GELU. The "
-                              "same sums in another order; the fused products stay in float32 where matmul_precision "
-                              "would round to TF32", identifies_at_default=False)
     caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
                                   "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and "
                                   "fp16, compiled training) or 2026.02 (batch 4, validation batch 1, fp32, eager); "
@@ -206,10 +181,6 @@ class FNOConfig:
         if pb.kind != "dse" and values["dse_layout"] != "channels-last":
             raise BadInput(f"fno: dse_layout={values['dse_layout']} applies to PIC1D only (its direct spectral "
                            f"evaluation); {pb.name} has no DSE: leave dse_layout out")
-        if values["dse_fused"]:
-            problem = fused_misfit(pb.name, pb.kind, values)
-            if problem:
-                raise BadInput(problem)
         modes, grid = _shapes(values, pb)
         particles = (values["particles"] or pb.particles) if pb.kind != "grid" else 0
         if values["data"] in ("synthetic", "synthetic-host"):  # a file's grid is checked when the file is read

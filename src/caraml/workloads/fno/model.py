@@ -251,17 +251,6 @@ class DSE(nn.Module):
         ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
         return torch.bmm(ys, inverse.to(ys.dtype))
 
-    def inverse_fused(self, y, basis):
-        """The channels-last inverse written as a broadcast product summed over the 2m modes, for the compiler to
-        fuse into one reduction with what follows (dse_fused=on): out[b, p, c] = sum_k V[b, k, p] scale_k Y[b, k, c].
-        Eager this would write [B, S, 2m, P/S, C] out whole: only compiled (FNO checks)."""
-        forward, scale = basis
-        b, c = y.shape[:2]
-        chunks = forward.shape[0] // b
-        ys = y.permute(0, 3, 2, 1).reshape(b, -1, c) * scale.to(y.dtype)  # [B, 2m, C]
-        v = forward.view(b, chunks, *forward.shape[1:])  # [B, S, 2m, P/S]
-        return (v[..., None] * ys[:, None, :, None, :]).sum(2).view(b, -1, c)  # [B, P, C]
-
 
 def particle_chunks(p: int) -> int:
     """How many equal chunks the DSE splits P particles into: the most that divides P with chunks of at least
@@ -474,25 +463,6 @@ def _compiling() -> bool:
     return bool(check())
 
 
-def linear_summed(x, weight, bias):
-    """F.linear(x, weight, bias) as a broadcast product summed over the input channels, for the compiler to fuse
-    with what follows (no [.., C] output written between). Under autocast as F.linear is: operands and bias
-    rounded to the autocast type, products summed in float32, the result in the autocast type."""
-    kind = x.device.type
-    dtype = x.dtype
-    if torch.is_autocast_enabled(kind) if _autocast_takes_device() else torch.is_autocast_enabled():
-        dtype = (torch.get_autocast_dtype(kind) if hasattr(torch, "get_autocast_dtype")
-                 else torch.get_autocast_gpu_dtype() if kind == "cuda" else torch.get_autocast_cpu_dtype())
-    up = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    summed = (x.to(dtype).to(up)[..., None, :] * weight.to(dtype).to(up)).sum(-1) + bias.to(dtype).to(up)
-    return summed.to(dtype)
-
-
-def _autocast_takes_device() -> bool:
-    """torch >= 2.4: torch.is_autocast_enabled(device_type)."""
-    return hasattr(torch, "get_autocast_dtype")
-
-
 def no_autocast(t):
     """Autocast off for the device of `t` (the meta device used to count FLOPs has no autocast)."""
     if t.device.type in ("cuda", "cpu", "xpu", "mps", "hpu"):
@@ -507,18 +477,13 @@ class FNO(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, width: int, modes: tuple[int, ...], layers: int,
                  kind: str = "grid", complex_weights: bool = False, half_spectral: bool = False,
-                 particles: int = 0, nufft_backend: str = "torchkbnufft", dse_layout: str = "channels-first",
-                 dse_fused: bool = False):
+                 particles: int = 0, nufft_backend: str = "torchkbnufft", dse_layout: str = "channels-first"):
         super().__init__()
         if dse_layout not in DSE_LAYOUTS:
             raise ValueError(f"dse layout {dse_layout!r}: choose one of {', '.join(DSE_LAYOUTS)}")
         self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
         # activations [B, P, C] (DSE only): see DSE
         self.channels_last = kind == "dse" and dse_layout == "channels-last"
-        if dse_fused and not (self.channels_last and not complex_weights and not half_spectral):
-            raise ValueError("dse_fused needs the DSE in channels-last layout on real float32 spectra")
-        # each layer's inverse DSE, skip product, bias and GELU as one compiled reduction (see _fused_layer)
-        self.dse_fused = dse_fused
         if kind == "kbnufft":
             if half_spectral:
                 raise ValueError("CARAML's PIC2D operator runs in complex64 (torchkbnufft): no fp16 spectra")
@@ -560,26 +525,11 @@ class FNO(nn.Module):
             h = F.gelu(self._spectral_conv(h, i, basis) + skip(h))  # every layer, the last included (CARAML)
         return self.out(F.gelu(self.project(h)))
 
-    def _fused_layer(self, h, i: int, basis):
-        """A layer's pre-activation with its two skinny products written as sums the compiler fuses into one
-        kernel with the add (and the GELU after it): the inverse DSE ([B P, 2m] x [2m, C]) and the skip layer
-        ([B P, C] x [C, C]) read their inputs once and write one [B, P, C] result. The spectrum (V @ h over all P
-        and the per-mode mixing) is computed as unfused, in float32."""
-        skip = self.skips[i]
-        with no_autocast(h):
-            spec = self.spectral[i](self.transform(h.float(), basis, False))
-            inverse = self.transform.inverse_fused(spec, basis)
-        return inverse + linear_summed(h, skip.weight, skip.bias)
-
     def _forward_channels_last(self, x, basis):
         """The same layers on [B, P, C] activations: the pointwise layers as F.linear (no layout copies)."""
         h = F.linear(x.transpose(1, 2), self.lift.weight, self.lift.bias)  # [B, P, width]
-        fused = self.dse_fused and _compiling()  # eager (the FLOP count on the meta device): the same layers unfused
         for i, skip in enumerate(self.skips):
-            if fused:
-                h = F.gelu(self._fused_layer(h, i, basis))
-            else:
-                h = F.gelu(self._spectral_conv(h, i, basis) + F.linear(h, skip.weight, skip.bias))
+            h = F.gelu(self._spectral_conv(h, i, basis) + F.linear(h, skip.weight, skip.bias))
         h = F.gelu(F.linear(h, self.project.weight, self.project.bias))
         if self.out.weight.shape[0] == 1 and _compiling():
             # one output channel (PIC1D): a weighted sum over the hidden channels, which inductor fuses with the
@@ -590,12 +540,11 @@ class FNO(nn.Module):
 
 def build_model(problem, width: int, modes: tuple[int, ...], layers: int, complex_weights: bool = False,
                 half_spectral: bool = False, particles: int = 0, nufft_backend: str = "torchkbnufft",
-                dse_layout: str = "channels-first", dse_fused: bool = False) -> FNO:
+                dse_layout: str = "channels-first") -> FNO:
     """The problem's operator; `particles` (PIC: the input's particles, else the problem's) sizes PIC2D's."""
     return FNO(problem.in_channels, problem.out_channels, width, modes, layers, kind=problem.kind,
                complex_weights=complex_weights, half_spectral=half_spectral,
-               particles=particles or problem.particles, nufft_backend=nufft_backend, dse_layout=dse_layout,
-               dse_fused=dse_fused)
+               particles=particles or problem.particles, nufft_backend=nufft_backend, dse_layout=dse_layout)
 
 
 def count_parameters(model: nn.Module) -> int:
