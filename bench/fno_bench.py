@@ -35,7 +35,9 @@ torchkbnufft eager, PIC1D eager/compiled, through `caraml run`, then the plain l
 `--group pic1d-layouts` (issue23-pic1d; budget 150 s): PIC1D with dse_layout=channels-last (the default) against
 channels-first (the layout before), compiled and eager, and `PIC1D_layout_check`: the two layouts' output and
 gradients on one batch in this process (matmul precision highest and high), against 1e-4 and the TF32 floor, then the
-plain loop at PIC1D channels-last (caraml/plain).
+plain loop at PIC1D channels-last (caraml/plain). `--group pic1d-triton` (budget 240 s): PIC1D compiled with
+dse_backend=triton against matmul, each twice in alternation, `PIC1D_triton_check` (the kernels' output and weight
+gradients against channels-first, eager under highest and high, compiled under high), then both eager.
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention

@@ -627,6 +627,77 @@ def test_dse_layout_is_refused_off_pic1d_and_quiet_at_its_default():
         "dse_layout"] == "channels-first"
 
 
+# dse_backend=triton's kernels run here in Triton's interpreter (its own process: the variable is read at import)
+_TRITON_CHECK = """
+import json, math, torch
+import torch.nn.functional as F
+from caraml.workloads.fno import dse_triton
+from caraml.workloads.fno.model import FNO
+torch.set_float32_matmul_precision("highest")
+gen = torch.Generator().manual_seed(3)
+x = torch.randn(2, 2, 5000, generator=gen)
+x[:, 0] = 2 * math.pi * torch.rand(2, 5000, generator=gen)  # 5000: two spectrum chunks, the last tile partial
+y = torch.randn(2, 1, 5000, generator=gen)
+results, weights = {}, None
+for backend in ("matmul", "triton"):
+    model = FNO(2, 1, 16, (8,), 2, kind="dse", dse_layout="channels-last", dse_backend=backend)
+    weights = weights or model.state_dict()
+    model.load_state_dict(weights)
+    out = model(x)
+    F.l1_loss(out, y).backward()
+    results[backend] = {"out": out.detach(), **{n: p.grad for n, p in model.named_parameters()}}
+rel = {n: ((results["triton"][n] - ref).norm() / ref.norm()).item() for n, ref in results["matmul"].items()}
+refused = []
+for bad in ("positions", "width"):
+    try:
+        if bad == "positions":
+            FNO(2, 1, 16, (8,), 1, kind="dse", dse_layout="channels-last", dse_backend="triton")(x.requires_grad_())
+        refused.append(dse_triton.unavailable(8, 24))
+    except ValueError as exc:
+        refused.append(str(exc))
+print(json.dumps({"rel": rel, "refused": refused}))
+"""
+
+
+@pytest.mark.subprocess
+def test_pic1d_triton_kernels_are_the_same_layers():
+    """dse_backend=triton (V made inside the two products' kernels) against the matmul backend, from the same
+    weights, in Triton's interpreter on the CPU: output and every weight's gradient within 1e-5 (float32, IEEE
+    products); positions that ask for a gradient and widths the tensor cores cannot tile are refused."""
+    pytest.importorskip("triton")
+    proc = subprocess.run([sys.executable, "-c", _TRITON_CHECK], capture_output=True, text=True, timeout=600,
+                          env=cli_env(TRITON_INTERPRET="1", OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "out" in found["rel"] and len(found["rel"]) > 5  # the output and the weights' gradients
+    assert all(v < 1e-5 for v in found["rel"].values()), found["rel"]
+    positions, width = found["refused"]
+    assert "gives the particle positions no gradient" in positions
+    assert "width a power of two >= 16" in width and "it is 24" in width
+
+
+def test_dse_backend_is_refused_where_its_kernels_cannot_run():
+    from caraml.errors import BadInput
+    from caraml.params import id_view, resolve
+    from caraml.workloads.fno import WORKLOAD
+
+    assert _config(problem="PIC1D").dse_backend == "matmul"
+    assert _config(problem="PIC1D", dse_backend="triton").dse_backend == "triton"
+    for given, says in (({"problem": "RBC2D"}, "applies to PIC1D only"),
+                        ({"dse_layout": "channels-first"}, "needs dse_layout=channels-last"),
+                        ({"complex_mixed_precision": True}, "works on float32 spectra")):
+        with pytest.raises(BadInput, match=f"dse_backend=triton {says}"):
+            _config(**{"problem": "PIC1D", "dse_backend": "triton", **given})
+    declared = WORKLOAD.params  # PIC1D's ids stay as they were at the default
+    assert "dse_backend" not in id_view(declared, resolve(declared, {"problem": "PIC1D"}, "fno"))
+
+
+@pytest.mark.subprocess
+def test_dse_backend_triton_on_a_cpu_is_one_line_exit_2(tmp_path):
+    proc = caraml("run", "fno", "--preset", "smoke-PIC1D", "dse_backend=triton", "--results", str(tmp_path), check=2)
+    assert "dse_backend=triton runs on CUDA GPUs" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_pic1d_compiled_head_is_the_same_projection(monkeypatch):
     """Compiled, channels-last PIC1D's last layer (one output channel) is a weighted sum inductor fuses with the GELU:
     the same output and gradients as F.linear, within 1e-4 (here its math, traced eagerly)."""

@@ -39,9 +39,10 @@ def _operator_results(size: dict, backend: str, device) -> dict:
 
 
 def _model_results(pb, size: dict, backend: str, compiled: bool, x, y, input_noise: float = 0.0,
-                   dse_layout: str = "channels-first") -> dict:
+                   dse_layout: str = "channels-first", dse_backend: str = "matmul") -> dict:
     """The FNO (CARAML's initial weights from seed 0) on one batch: output, L1 loss gradients w.r.t. the input and
-    every weight; input_noise: the input times 1 + input_noise * N(0, 1)."""
+    every weight; input_noise: the input times 1 + input_noise * N(0, 1). dse_backend=triton: no input gradient
+    (its kernels give the positions none)."""
     import torch
 
     from caraml.workloads.fno.bench import loss_fn
@@ -50,13 +51,13 @@ def _model_results(pb, size: dict, backend: str, compiled: bool, x, y, input_noi
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = build_model(pb, size["width"], size["modes"], pb.layers, particles=size["particles"],
-                        nufft_backend=backend, dse_layout=dse_layout).to(x.device)
+                        nufft_backend=backend, dse_layout=dse_layout, dse_backend=dse_backend).to(x.device)
     forward = torch.compile(model) if compiled else model
     noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(9)).to(x.device)
-    x = (x * (1 + input_noise * noise)).requires_grad_(True)
+    x = (x * (1 + input_noise * noise)).requires_grad_(dse_backend == "matmul")
     pred = forward(x)
     loss_fn(pb.loss)(pred, y).backward()
-    return {"output": pred.detach(), "input_grad": x.grad,
+    return {"output": pred.detach(), **({"input_grad": x.grad} if x.requires_grad else {}),
             **{f"grad {name}": q.grad for name, q in model.named_parameters()}}
 
 
@@ -158,6 +159,13 @@ def layout_check(spec: dict, where: FNORun) -> dict:
         if spec.get("compiled"):  # channels-last compiled (the fused one-channel head too) against eager, high
             checks["high, compiled"] = compare(_model_results(pb, size, "torchkbnufft", True, x, y,
                                                                dse_layout="channels-last"), ref)
+        if spec.get("triton") and device.type == "cuda":  # dse_backend=triton: eager under both, compiled under high
+            for precision, compiled in (("highest", False), ("high", False), ("high", True)):
+                torch.set_float32_matmul_precision(precision)
+                checks[f"{precision}, triton" + (", compiled" if compiled else "")] = compare(_model_results(
+                    pb, size, "torchkbnufft", compiled, x, y, dse_layout="channels-last", dse_backend="triton"),
+                    refs[precision])
+            torch.set_float32_matmul_precision("high")
         floor = compare(_model_results(pb, size, "torchkbnufft", False, x, y, input_noise=2.0 ** -24,
                                         dse_layout="channels-first"), ref)
     finally:

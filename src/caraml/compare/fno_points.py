@@ -8,6 +8,7 @@ time budget cuts from the end); their old names stay accepted (GROUP_ALIASES).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 STEPS = {"RBC2D": (20, 300), "RBC3D": (10, 100), "PIC1D": (8, 40), "PIC2D": (8, 40)}  # warm-up, measured steps
@@ -99,6 +100,12 @@ _LOOPS = {
     "PIC1D_caraml_channels_first_eager": _c("PIC1D", "dse_layout=channels-first"),
     "PIC1D_caraml_channels_first_compiled": _c("PIC1D", "dse_layout=channels-first", "compile=inductor"),
     "PIC1D_layout_check": {"problem": "PIC1D", "layout_check": True, "compiled": True},
+    # PIC1D's DSE products as Triton kernels that make V from the positions (dse_backend=triton), and their check
+    "PIC1D_caraml_triton_compiled": _c("PIC1D", "compile=inductor", "dse_backend=triton"),
+    "PIC1D_caraml_triton_eager": _c("PIC1D", "dse_backend=triton"),
+    "PIC1D_triton_check": {"problem": "PIC1D", "layout_check": True, "triton": True},
+    "PIC1D_caraml_triton_compiled_again": _c("PIC1D", "compile=inductor", "dse_backend=triton"),
+    "PIC1D_caraml_compiled_again": _c("PIC1D", "compile=inductor"),
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
@@ -129,10 +136,17 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
     # compiled through `caraml run` (about 2 minutes)
     "pic1d-layouts": [
         "PIC1D_caraml_compiled", "PIC1D_caraml_channels_first_compiled", "PIC1D_caraml_eager",
-        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check", "PIC1D_plain_compiled", "PIC1D_plain_eager"]}
+        "PIC1D_caraml_channels_first_eager", "PIC1D_layout_check", "PIC1D_plain_compiled", "PIC1D_plain_eager"],
+    # PIC1D: dse_backend=triton against matmul, compiled, each twice in alternation (the spread between processes),
+    # the check of its results, then eager (about 4 minutes)
+    "pic1d-triton": [
+        "PIC1D_caraml_compiled", "PIC1D_caraml_triton_compiled", "PIC1D_triton_check",
+        "PIC1D_caraml_triton_compiled_again", "PIC1D_caraml_compiled_again", "PIC1D_caraml_triton_eager",
+        "PIC1D_caraml_eager"]}
 GROUP_ALIASES = {"issue19": "fno-operators", "issue19-recheck": "fno-recheck", "issue23-pic": "pic-throughput",
                  "issue23-pic1d": "pic1d-layouts"}  # the groups' old names
-GROUP_BUDGETS = {"pic-throughput": 180, "pic1d-layouts": 150}  # seconds, where --budget is not given (else 420)
+# seconds, where --budget is not given (else 420)
+GROUP_BUDGETS = {"pic-throughput": 180, "pic1d-layouts": 150, "pic1d-triton": 240}
 PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 before the channels-last layout
 
 
@@ -252,8 +266,19 @@ def _pic1d_goals(by: dict, out: dict) -> None:
     if layouts.get("status") == "ok":
         out["goals"]["pic1d_layouts_equal_within_1e-4"] = layouts["equal_within_1e-4"]
         out["goals"]["pic1d_layouts_within_tf32_floor"] = layouts["high_within_tf32_floor"]
-    if _rate(by, "PIC1D_caraml_compiled"):
-        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = _rate(by, "PIC1D_caraml_compiled") >= 2 * PIC1D_START
+    rates = {backend: [r for r in (_rate(by, f"PIC1D_caraml{tag}_compiled"),
+                                   _rate(by, f"PIC1D_caraml{tag}_compiled_again")) if r]
+             for backend, tag in (("matmul", ""), ("triton", "_triton"))}
+    if rates["matmul"] and rates["triton"]:  # each backend's processes, and the mean of each over the other's
+        out["pic1d_triton_over_matmul"] = {**rates, "ratio": statistics.fmean(rates["triton"])
+                                           / statistics.fmean(rates["matmul"])}
+    check = by.get("PIC1D_triton_check") or {}
+    if check.get("status") == "ok":
+        out["goals"]["pic1d_triton_equal_within_1e-4"] = {k: v for k, v in check["equal_within_1e-4"].items()
+                                                          if "triton" in k}
+    best = max(rates["matmul"] + rates["triton"], default=None)
+    if best:
+        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = best >= 2 * PIC1D_START
 
 
 def summary(by: dict) -> dict:

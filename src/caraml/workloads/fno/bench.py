@@ -29,7 +29,7 @@ from caraml.kit.step import backward_and_step
 from caraml.measure.timing import figure_spread
 from caraml.workloads.fno import files, flops
 from caraml.workloads.fno.config import COMPILE_MODES, FNOConfig
-from caraml.workloads.fno.model import build_model, count_parameters
+from caraml.workloads.fno.model import build_model, count_parameters, dse_kernels
 from caraml.workloads.fno.problems import (
     CARAML_CONFIG_FILES,
     STEP_LR,
@@ -191,13 +191,19 @@ class FNOBench:
         """The operator for the data's grid or particles (checked against the kept modes), its FLOPs counted on the
         meta device, on the device and, with several processes, under DDP."""
         cfg, pb, spatial = self.cfg, self.problem, self.data.spatial
+        if cfg.dse_backend == "triton":  # where the kernels can run: a CUDA GPU, Triton, the tensor cores' tiles
+            misfit = ("runs on CUDA GPUs (Triton's kernels); use dse_backend=matmul here"
+                      if self.device.type != "cuda" else dse_kernels().unavailable(cfg.kept_modes[0], cfg.width))
+            if misfit:
+                raise BadInput(f"fno: dse_backend=triton {misfit}")
         misfit = modes_misfit(pb.kind, cfg.kept_modes, spatial)
         if misfit:
             raise BadInput(f"fno: {pb.name} with modes={cfg.modes}: {misfit}")
         try:
             model = build_model(pb, cfg.width, cfg.kept_modes, cfg.layers, complex_weights=cfg.complex_weights,
                                 half_spectral=cfg.complex_mixed_precision, particles=spatial[-1],
-                                nufft_backend=cfg.nufft_backend, dse_layout=cfg.dse_layout)
+                                nufft_backend=cfg.nufft_backend, dse_layout=cfg.dse_layout,
+                                dse_backend=cfg.dse_backend)
         except ValueError as exc:  # a PIC2D operator torchkbnufft cannot make at these sizes
             raise BadInput(f"fno: {pb.name}: {exc}") from None
         if cfg.complex_mixed_precision and pb.kind != "dse":
@@ -477,7 +483,8 @@ class FNOBench:
                          "weight_decay": cfg.weight_decay, "scheduler": pb.scheduler, "loss": pb.loss,
                          **({"pic2d_operator": cfg.pic2d_operator} if pb.name == "PIC2D" else {}),
                          **({"nufft_backend": cfg.nufft_backend} if pb.kind == "kbnufft" else {}),
-                         **({"dse_layout": cfg.dse_layout} if pb.kind == "dse" else {})},
+                         **({"dse_layout": cfg.dse_layout, "dse_backend": cfg.dse_backend}
+                            if pb.kind == "dse" else {})},
             "model_params": self.n_params, "model_params_m": self.n_params / 1e6,
             "model_size_mb": self.n_params * 4 / 1e6,  # as CARAML: parameters x 4 bytes
             "input_shape": "[" + ",".join(str(n) for n in (data.batch, pb.in_channels, *data.spatial)) + "]",

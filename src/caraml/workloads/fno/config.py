@@ -26,6 +26,17 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 def _compiled(values: dict) -> bool:
     """compile_mode and compile_scope apply only where something is compiled."""
     return values.get("compile", "none") != "none"
+def dse_backend_misfit(pb: Problem, values: dict) -> str | None:
+    """Why the DSE's kernels cannot run with these values (the rest of one line), or None."""
+    if pb.kind != "dse":
+        return f"applies to PIC1D only (its direct spectral evaluation); {pb.name} has no DSE: leave it out"
+    if values["dse_layout"] != "channels-last":
+        return "needs dse_layout=channels-last (its [B, P, C] activations): leave dse_layout out"
+    if values["complex_mixed_precision"]:
+        return "works on float32 spectra: leave complex_mixed_precision off"
+    return None
+
+
 DATA_PATHS = ("synthetic", "file", "synthetic-host", "auto")
 CARAML_VERSIONS = ("none", "2025.02", "2026.02")
 
@@ -120,6 +131,10 @@ class FNOConfig:
                               "or as [B, C, P] with a forward and an inverse matrix (channels-first, CARAML's Conv1d "
                               "layout, the implementation before); the same results to float rounding",
                               choices=("channels-last", "channels-first"), identifies_at_default=False)
+    dse_backend: str = setting("matmul", "PIC1D only: its two DSE products as matmuls over a Vandermonde matrix made "
+                               "once per step (matmul) or as Triton kernels that make V's tiles from the positions "
+                               "in registers (triton: CUDA GPUs, channels-last, float32 spectra); the same results to "
+                               "float rounding", choices=("matmul", "triton"), identifies_at_default=False)
     caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
                                   "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and "
                                   "fp16, compiled training) or 2026.02 (batch 4, validation batch 1, fp32, eager); "
@@ -181,6 +196,10 @@ class FNOConfig:
         if pb.kind != "dse" and values["dse_layout"] != "channels-last":
             raise BadInput(f"fno: dse_layout={values['dse_layout']} applies to PIC1D only (its direct spectral "
                            f"evaluation); {pb.name} has no DSE: leave dse_layout out")
+        if values["dse_backend"] != "matmul":
+            misfit = dse_backend_misfit(pb, values)
+            if misfit:
+                raise BadInput(f"fno: dse_backend={values['dse_backend']} {misfit}")
         modes, grid = _shapes(values, pb)
         particles = (values["particles"] or pb.particles) if pb.kind != "grid" else 0
         if values["data"] in ("synthetic", "synthetic-host"):  # a file's grid is checked when the file is read

@@ -186,12 +186,18 @@ class DSE(nn.Module):
     The same operator as channels-first (the layout before, a forward and an inverse matrix), to rounding.
     """
 
-    def __init__(self, modes: tuple[int, ...], channels_last: bool = False):
+    def __init__(self, modes: tuple[int, ...], channels_last: bool = False, backend: str = "matmul"):
         super().__init__()
         self.modes = tuple(modes)
         self.block = (modes[0],)
         self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
         self.channels_last = channels_last
+        self.backend = backend  # triton: V made inside the two products' kernels, never stored (dse_triton)
+
+    def _in_kernel(self, t) -> bool:
+        """Whether the products run in dse_triton's kernels: backend triton, except on the meta device (where the
+        FLOPs are counted: the same products as matmuls)."""
+        return self.backend == "triton" and t.device.type != "meta"
 
     def describe(self) -> str:
         layout = ("[B, P, C] activations, one Vandermonde matrix for both ways" if self.channels_last else
@@ -202,17 +208,22 @@ class DSE(nn.Module):
     def prepare(self, x):
         """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j).
         The inverse, with the irfft weights: y_j = (1/P) sum_k c_k Re(Y_k exp(i k x_j)), c_0 = 1, c_k = 2.
-        channels-first: (forward, inverse) matrices; channels-last: (forward, inverse scale [2m, 1])."""
+        channels-first: (forward, inverse) matrices; channels-last: (forward, inverse scale [2m, 1]); backend triton:
+        (positions [B, P], inverse scale [2m, 1])."""
         pos = x[:, 0].float()
         b, p = pos.shape
+        c = torch.full((self.modes[0],), 2.0, device=x.device)
+        c[0] = 1.0
+        if self._in_kernel(x):  # the positions themselves (the kernels make V) and the inverse's scale
+            if pos.requires_grad:
+                raise ValueError("dse_backend=triton gives the particle positions no gradient: use the matmul backend")
+            return pos.contiguous(), torch.cat([c, c])[:, None] / p
         # channels-last: the particles in S chunks, V as [B S, 2m, P/S] (see the class); channels-first: [B, 2m, P]
         chunks = particle_chunks(p) if self.channels_last else 1
         pos = pos.reshape(b * chunks, 1, p // chunks)
         k = torch.arange(self.modes[0], device=x.device, dtype=torch.float32)
         phase = k[None, :, None] * pos
         forward = torch.cat([torch.cos(phase), -torch.sin(phase)], 1)
-        c = torch.full((self.modes[0],), 2.0, device=x.device)
-        c[0] = 1.0
         if self.norm == "ortho":  # 1/sqrt(P) both ways: the inverse is the scaled forward's transpose times c
             forward, scale = forward / math.sqrt(p), torch.cat([c, c])
         else:
@@ -224,7 +235,10 @@ class DSE(nn.Module):
     def forward(self, x, basis, complex_out: bool):
         forward, _ = basis
         m = self.modes[0]
-        if self.channels_last:  # x [B, P, C]
+        if self._in_kernel(x):  # x [B, P, C]
+            spec = dse_kernels().spectrum(forward, x.contiguous(), m, _ieee())  # [B, 2m, C]
+            spec = spec.view(x.shape[0], 2, m, x.shape[2]).permute(0, 3, 2, 1)  # [B, C, m, (re, im)]
+        elif self.channels_last:  # x [B, P, C]
             b, p, c = x.shape
             chunks = forward.shape[0] // b
             spec = torch.bmm(forward.to(x.dtype), x.reshape(b * chunks, p // chunks, c))  # [B S, 2m, C]
@@ -243,6 +257,8 @@ class DSE(nn.Module):
             b, c = y.shape[:2]
             chunks = forward.shape[0] // b
             ys = y.permute(0, 3, 2, 1).reshape(b, -1, c) * scale.to(y.dtype)  # [B, (re m | im m), C]
+            if self._in_kernel(y):
+                return dse_kernels().synthesis(forward, ys.contiguous(), _ieee())  # [B, P, C]
             ys = ys[:, None].expand(b, chunks, *ys.shape[1:]).reshape(b * chunks, -1, c)  # the same for every chunk
             # Re(Y e^{ikx}) = Yr cos - Yi sin: the forward rows are (cos, -sin), so its transpose does it
             out = torch.bmm(forward.to(ys.dtype).transpose(1, 2), ys)  # [B S, P/S, C]
@@ -250,6 +266,17 @@ class DSE(nn.Module):
         _, inverse = basis
         ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
         return torch.bmm(ys, inverse.to(ys.dtype))
+
+
+def dse_kernels():
+    """dse_triton, imported where dse_backend=triton asks for it (Triton is imported nowhere else)."""
+    from caraml.workloads.fno import dse_triton
+    return dse_triton
+
+
+def _ieee() -> bool:
+    """Whether float32 products stay float32 (matmul precision highest) rather than TF32, as cuBLAS is told."""
+    return not torch.backends.cuda.matmul.allow_tf32
 
 
 def particle_chunks(p: int) -> int:
@@ -477,19 +504,22 @@ class FNO(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, width: int, modes: tuple[int, ...], layers: int,
                  kind: str = "grid", complex_weights: bool = False, half_spectral: bool = False,
-                 particles: int = 0, nufft_backend: str = "torchkbnufft", dse_layout: str = "channels-first"):
+                 particles: int = 0, nufft_backend: str = "torchkbnufft", dse_layout: str = "channels-first",
+                 dse_backend: str = "matmul"):
         super().__init__()
         if dse_layout not in DSE_LAYOUTS:
             raise ValueError(f"dse layout {dse_layout!r}: choose one of {', '.join(DSE_LAYOUTS)}")
         self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
         # activations [B, P, C] (DSE only): see DSE
         self.channels_last = kind == "dse" and dse_layout == "channels-last"
+        if dse_backend != "matmul" and not (self.channels_last and not half_spectral):
+            raise ValueError("dse_backend=triton needs the DSE in channels-last layout on float32 spectra")
         if kind == "kbnufft":
             if half_spectral:
                 raise ValueError("CARAML's PIC2D operator runs in complex64 (torchkbnufft): no fp16 spectra")
             self.transform = ParticleIndexNUFFT(modes, particles, nufft_backend)
         elif kind == "dse":
-            self.transform = DSE(modes, channels_last=self.channels_last)
+            self.transform = DSE(modes, channels_last=self.channels_last, backend=dse_backend)
         else:
             self.transform = {"grid": GridFFT, "nufft": NUFFT2d}[kind](modes)
         if half_spectral:
@@ -540,11 +570,12 @@ class FNO(nn.Module):
 
 def build_model(problem, width: int, modes: tuple[int, ...], layers: int, complex_weights: bool = False,
                 half_spectral: bool = False, particles: int = 0, nufft_backend: str = "torchkbnufft",
-                dse_layout: str = "channels-first") -> FNO:
+                dse_layout: str = "channels-first", dse_backend: str = "matmul") -> FNO:
     """The problem's operator; `particles` (PIC: the input's particles, else the problem's) sizes PIC2D's."""
     return FNO(problem.in_channels, problem.out_channels, width, modes, layers, kind=problem.kind,
                complex_weights=complex_weights, half_spectral=half_spectral,
-               particles=particles or problem.particles, nufft_backend=nufft_backend, dse_layout=dse_layout)
+               particles=particles or problem.particles, nufft_backend=nufft_backend, dse_layout=dse_layout,
+               dse_backend=dse_backend)
 
 
 def count_parameters(model: nn.Module) -> int:
