@@ -44,7 +44,7 @@ def unavailable(modes: int, width: int) -> str | None:
     return None
 
 
-if triton is not None:
+if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailable() says why
     @triton.jit
     def _basis(x, rows, M: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) for the rows M + k. The phase k x is
