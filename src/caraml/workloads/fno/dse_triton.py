@@ -17,8 +17,6 @@ them in its graph. Triton's interpreter (TRITON_INTERPRET=1) runs them on the CP
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 try:
@@ -29,7 +27,6 @@ except ImportError:  # no Triton: the backend is refused (unavailable)
 
 BLOCK_P = 128  # particles per tile
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
-TWO_PI = 2 * math.pi
 
 
 def unavailable(modes: int, width: int) -> str | None:
@@ -48,10 +45,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     @triton.jit
     def _basis(x, rows, M: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) for the rows M + k. The phase k x is
-        the matmul backend's fp32 product, reduced to [-pi, pi] first (the hardware's sine is exact only there)."""
+        the matmul backend's fp32 product, reduced to [-pi, pi] first (where the GPU's fast sine and cosine are accurate)."""
         k = (rows % M).to(tl.float32)
         phase = k[:, None] * x[None, :]
-        phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)
+        phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)  # 2 pi, 1 / (2 pi)
         return tl.where((rows < M)[:, None], tl.cos(phase), -tl.sin(phase))
 
     @triton.jit
