@@ -48,7 +48,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         the matmul backend's fp32 product, reduced to [-pi, pi] first (where the GPU's fast sine and cosine are accurate)."""
         k = (rows % M).to(tl.float32)
         phase = k[:, None] * x[None, :]
-        phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)  # 2 pi, 1 / (2 pi)
+        turns = tl.floor(phase * 0.15915494309189535 + 0.5)  # phase / (2 pi), rounded
+        phase = phase - 6.283185307179586 * turns
         return tl.where((rows < M)[:, None], tl.cos(phase), -tl.sin(phase))
 
     @triton.jit
