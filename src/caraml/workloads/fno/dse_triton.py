@@ -45,7 +45,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     @triton.jit
     def _basis(x, rows, M: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) for the rows M + k. The phase k x is
-        the matmul backend's fp32 product, reduced to [-pi, pi] first (where the GPU's fast sine and cosine are accurate)."""
+        the matmul backend's fp32 product, reduced to [-pi, pi] first (where the GPU's fast sine and cosine are
+        accurate)."""
         k = (rows % M).to(tl.float32)
         phase = k[:, None] * x[None, :]
         turns = tl.floor(phase * 0.15915494309189535 + 0.5)  # phase / (2 pi), rounded
