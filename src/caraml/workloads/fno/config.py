@@ -26,6 +26,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 def _compiled(values: dict) -> bool:
     """compile_mode and compile_scope apply only where something is compiled."""
     return values.get("compile", "none") != "none"
+
+
 def dse_backend_misfit(pb: Problem, values: dict) -> str | None:
     """Why the DSE's kernels cannot run with these values (the rest of one line), or None."""
     if pb.kind != "dse":

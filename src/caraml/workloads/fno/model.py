@@ -255,10 +255,10 @@ class DSE(nn.Module):
         if self.channels_last:  # -> [B, P, C]
             forward, scale = basis
             b, c = y.shape[:2]
-            chunks = forward.shape[0] // b
             ys = y.permute(0, 3, 2, 1).reshape(b, -1, c) * scale.to(y.dtype)  # [B, (re m | im m), C]
-            if self._in_kernel(y):
+            if self._in_kernel(y):  # `forward` holds the positions
                 return dse_kernels().synthesis(forward, ys.contiguous(), _ieee())  # [B, P, C]
+            chunks = forward.shape[0] // b
             ys = ys[:, None].expand(b, chunks, *ys.shape[1:]).reshape(b * chunks, -1, c)  # the same for every chunk
             # Re(Y e^{ikx}) = Yr cos - Yi sin: the forward rows are (cos, -sin), so its transpose does it
             out = torch.bmm(forward.to(ys.dtype).transpose(1, 2), ys)  # [B S, P/S, C]
@@ -275,7 +275,8 @@ def dse_kernels():
 
 
 def _ieee() -> bool:
-    """Whether float32 products stay float32 (matmul precision highest) rather than TF32, as cuBLAS is told."""
+    """Whether float32 products stay float32 (matmul precision highest) rather than TF32, as cuBLAS is told. Not
+    kit.precision.matmul_tf32_allowed: torch.compile cannot trace get_float32_matmul_precision, this flag it can."""
     return not torch.backends.cuda.matmul.allow_tf32
 
 
