@@ -89,8 +89,9 @@ ATTEMPTS = Group("resnet50-attempts", aliases=("issue23",), budget_s=330.0, poin
     Point("batch512", ("batch_size=512",), expect_s=95, by_default=False),
     # the whole train step (forward, backward, fused SGD) compiled and graphed as one: fewer graph edges
     Point("step_scope", ("compile_scope=step",), expect_s=100, by_default=False),
-    # inductor tunes the launch of every fused kernel: the BatchNorm/ReLU/add kernels are 56 % of the step
-    Point("coord_descent", knobs={"inductor": {"coordinate_descent_tuning": True}}, expect_s=150, by_default=False),
+    # inductor tunes the launch of every fused kernel: the BatchNorm/ReLU/add kernels are 56 % of the step. On the
+    # H200 (2026-12-06) it had not reached its first measured step after 307 s
+    Point("coord_descent", knobs={"inductor": {"coordinate_descent_tuning": True}}, expect_s=480, by_default=False),
     # the baseline once more (its caches warm): the spread of one point between two processes
     Point("baseline_again", expect_s=40, by_default=False),
 ))
