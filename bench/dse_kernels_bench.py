@@ -1,8 +1,8 @@
 """PIC1D's DSE alone at CARAML's shapes, one layer's two transforms forward and backward: the matmul backend (V
 built from the positions, then batched products) against dse_backend=triton's kernels (V made in registers) with
-the GPU's approximate cosine (their default) and with libdevice's. CUDA events, median and min-max over the
-repeats; matmul precision high (TF32), as the FNO runs it. Also each variant's output and h's gradient against the
-matmul backend's (relative, norm-wise).
+the GPU's approximate cosine (their default), with libdevice's, and at other tile sizes. CUDA events, median and
+min-max over the repeats; matmul precision high (TF32), as the FNO runs it. Also each variant's output and h's
+gradient against the matmul backend's (relative, norm-wise).
 
     PYTHONPATH=src python3 bench/dse_kernels_bench.py --out $OUT [--batch 20 --particles 100000 --width 32 --modes 16]
 """
@@ -56,12 +56,14 @@ def main() -> None:
             times.append(start.elapsed_time(end))
         return times
 
-    variants = {"matmul": ("matmul", None), "triton, fast cosine": ("triton", True),
-                "triton, libdevice cosine": ("triton", False)}
+    block = dse_triton.BLOCK_P
+    variants = {"matmul": ("matmul", None, block), "triton, fast cosine": ("triton", True, block),
+                "triton, libdevice cosine": ("triton", False, block),
+                **{f"triton, fast cosine, {n} particles a tile": ("triton", True, n) for n in (64, 256)}}
     rows, reference = [], None
-    for name, (backend, fast) in variants.items():
+    for name, (backend, fast, tile) in variants.items():
         if fast is not None:
-            dse_triton.FAST_COSINE = fast
+            dse_triton.FAST_COSINE, dse_triton.BLOCK_P = fast, tile
         dse = DSE((m,), channels_last=True, backend=backend)
         out = layer(dse)
         (grad,) = torch.autograd.grad(out.square().sum(), h)
@@ -81,7 +83,7 @@ def main() -> None:
             t = timed(fn)
             row[part] = {"median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t), "n": len(t)}
         rows.append(row)
-        print(f"{name:28s} forward {row['forward']['median_ms']:7.3f} ms ({row['forward']['min_ms']:.3f}-"
+        print(f"{name:42s} forward {row['forward']['median_ms']:7.3f} ms ({row['forward']['min_ms']:.3f}-"
               f"{row['forward']['max_ms']:.3f})  forward+backward {row['forward_backward']['median_ms']:7.3f} ms "
               f"({row['forward_backward']['min_ms']:.3f}-{row['forward_backward']['max_ms']:.3f})  "
               f"rel out {rel['out']:.1e} grad {rel['grad_h']:.1e}", flush=True)
