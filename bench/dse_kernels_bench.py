@@ -16,16 +16,24 @@ import os
 import statistics
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
-    ap.add_argument("--batch", type=int, default=20)
-    ap.add_argument("--particles", type=int, default=100_000)
-    ap.add_argument("--width", type=int, default=32)
-    ap.add_argument("--modes", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=30)
-    args = ap.parse_args()
+def timed(fn, repeats: int) -> dict:
+    """fn's GPU time over `repeats` calls after 5 unmeasured ones (ms: median, min, max)."""
+    import torch
 
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times), "n": len(times)}
+
+
+def measure(args) -> list[dict]:
     import torch
 
     from caraml.workloads.fno import dse_triton
@@ -43,54 +51,47 @@ def main() -> None:
         basis = dse.prepare(x)
         return dse.inverse(dse.forward(h, basis, complex_out=False) * weight, basis, None)
 
-    def timed(fn) -> list[float]:
-        for _ in range(5):
-            fn()
-        times = []
-        for _ in range(args.repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return times
-
     block = dse_triton.BLOCK_P
     variants = {"matmul": ("matmul", None, block), "triton, fast cosine": ("triton", True, block),
                 "triton, libdevice cosine": ("triton", False, block),
                 **{f"triton, fast cosine, {n} particles a tile": ("triton", True, n) for n in (64, 256)}}
     rows, reference = [], None
     for name, (backend, fast, tile) in variants.items():
-        if fast is not None:
-            dse_triton.FAST_COSINE, dse_triton.BLOCK_P = fast, tile
+        dse_triton.FAST_COSINE, dse_triton.BLOCK_P = fast, tile
         dse = DSE((m,), channels_last=True, backend=backend)
         out = layer(dse)
         (grad,) = torch.autograd.grad(out.square().sum(), h)
         result = {"out": out.detach(), "grad_h": grad}
         reference = reference or result
         rel = {k: ((v - reference[k]).norm() / reference[k].norm()).item() for k, v in result.items()}
-
-        def forward(dse=dse):
-            with torch.no_grad():
-                layer(dse)
-
-        def both(dse=dse):
-            torch.autograd.grad(layer(dse).sum(), h)
-
-        row = {"variant": name, "rel_vs_matmul": rel}
-        for part, fn in (("forward", forward), ("forward_backward", both)):
-            t = timed(fn)
-            row[part] = {"median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t), "n": len(t)}
-        rows.append(row)
-        print(f"{name:42s} forward {row['forward']['median_ms']:7.3f} ms ({row['forward']['min_ms']:.3f}-"
-              f"{row['forward']['max_ms']:.3f})  forward+backward {row['forward_backward']['median_ms']:7.3f} ms "
-              f"({row['forward_backward']['min_ms']:.3f}-{row['forward_backward']['max_ms']:.3f})  "
+        with torch.no_grad():
+            forward = timed(lambda dse=dse: layer(dse), args.repeats)
+        both = timed(lambda dse=dse: torch.autograd.grad(layer(dse).sum(), h), args.repeats)
+        rows.append({"variant": name, "rel_vs_matmul": rel, "forward": forward, "forward_backward": both})
+        print(f"{name:42s} forward {forward['median_ms']:7.3f} ms ({forward['min_ms']:.3f}-{forward['max_ms']:.3f})"
+              f"  forward+backward {both['median_ms']:7.3f} ms ({both['min_ms']:.3f}-{both['max_ms']:.3f})  "
               f"rel out {rel['out']:.1e} grad {rel['grad_h']:.1e}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--particles", type=int, default=100_000)
+    ap.add_argument("--width", type=int, default=32)
+    ap.add_argument("--modes", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=30)
+    args = ap.parse_args()
+    rows = measure(args)
+
+    import torch
+
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "dse_kernels_bench.json"), "w") as f:
-        json.dump({"shape": {"batch": b, "particles": p, "width": c, "modes": m}, "device":
-                   torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+        json.dump({"shape": {"batch": args.batch, "particles": args.particles, "width": args.width,
+                             "modes": args.modes}, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,12 @@ except ImportError:  # no Triton: the backend is refused (unavailable)
 
 BLOCK_P = 128  # particles per tile
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
-# the GPU's approximate cosine (cos.approx.f32) rather than libdevice's: Triton's interpreter runs tl.cos only
-FAST_COSINE = os.environ.get("TRITON_INTERPRET") != "1"
+FAST_COSINE = None  # the GPU's approximate cosine (cos.approx.f32) or libdevice's; None: fast_cosine() decides
+
+
+def fast_cosine() -> bool:
+    """Whether the kernels take the GPU's approximate cosine: Triton's interpreter has tl.cos only."""
+    return FAST_COSINE if FAST_COSINE is not None else os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def unavailable(modes: int, width: int) -> str | None:
@@ -102,7 +106,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         chunk = -(-p // chunks)
         partial = torch.empty(b, chunks, 2 * modes, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_spectrum_kernel)[(b, chunks)](
-            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee, FAST=FAST_COSINE)
+            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee, FAST=fast_cosine())
         return partial.sum(1)
 
     @torch.library.triton_op("caraml::dse_synthesis", mutates_args=())
@@ -112,7 +116,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         rows, c = y.shape[1:]
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
         torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, BLOCK_P))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee, FAST=FAST_COSINE)
+            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee, FAST=fast_cosine())
         return out
 
     def _keep_spectrum(ctx, inputs, output):
