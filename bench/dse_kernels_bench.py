@@ -1,8 +1,8 @@
 """PIC1D's DSE alone at CARAML's shapes, one layer's two transforms forward and backward: the matmul backend (V
-built from the positions, then batched products) against dse_backend=triton's kernels (V made in registers) with
-the GPU's approximate cosine (their default), with libdevice's, and at other tile sizes. CUDA events, median and
-min-max over the repeats; matmul precision high (TF32), as the FNO runs it. Also each variant's output and h's
-gradient against the matmul backend's (relative, norm-wise).
+built from the positions, then batched products) against dse_backend=triton's kernels (V made in registers) at
+their default tile of particles and at others. CUDA events, median and min-max over the repeats; matmul precision
+high (TF32), as the FNO runs it. Also each variant's output and h's gradient against the matmul backend's
+(relative, norm-wise).
 
     PYTHONPATH=src python3 bench/dse_kernels_bench.py --out $OUT [--batch 20 --particles 100000 --width 32 --modes 16]
 """
@@ -51,13 +51,11 @@ def measure(args) -> list[dict]:
         basis = dse.prepare(x)
         return dse.inverse(dse.forward(h, basis, complex_out=False) * weight, basis, None)
 
-    block = dse_triton.BLOCK_P
-    variants = {"matmul": ("matmul", None, block), "triton, fast cosine": ("triton", True, block),
-                "triton, libdevice cosine": ("triton", False, block),
-                **{f"triton, fast cosine, {n} particles a tile": ("triton", True, n) for n in (64, 256)}}
+    variants = {"matmul": ("matmul", dse_triton.BLOCK_P),
+                **{f"triton, {n} particles a tile": ("triton", n) for n in (dse_triton.BLOCK_P, 64, 256)}}
     rows, reference = [], None
-    for name, (backend, fast, tile) in variants.items():
-        dse_triton.FAST_COSINE, dse_triton.BLOCK_P = fast, tile
+    for name, (backend, tile) in variants.items():
+        dse_triton.BLOCK_P = tile  # read at each launch
         dse = DSE((m,), channels_last=True, backend=backend)
         out = layer(dse)
         (grad,) = torch.autograd.grad(out.square().sum(), h)

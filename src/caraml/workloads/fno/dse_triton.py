@@ -17,25 +17,16 @@ them in its graph. Triton's interpreter (TRITON_INTERPRET=1) runs them on the CP
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 try:
     import triton
     import triton.language as tl
-    from triton.language.extra import libdevice
 except ImportError:  # no Triton: the backend is refused (unavailable)
     triton = None
 
 BLOCK_P = 128  # particles per tile
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
-FAST_COSINE = None  # the GPU's approximate cosine (cos.approx.f32) or libdevice's; None: fast_cosine() decides
-
-
-def fast_cosine() -> bool:
-    """Whether the kernels take the GPU's approximate cosine: Triton's interpreter has tl.cos only."""
-    return FAST_COSINE if FAST_COSINE is not None else os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def unavailable(modes: int, width: int) -> str | None:
@@ -52,24 +43,20 @@ def unavailable(modes: int, width: int) -> str | None:
 
 if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailable() says why
     @triton.jit
-    def _basis(x, rows, M: tl.constexpr, FAST: tl.constexpr):
+    def _basis(x, rows, M: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) = cos(k x + pi/2) for the rows M + k, so
-        one cosine per element. The phase k x is the matmul backend's fp32 product, reduced to [-pi, pi] (where
-        the GPU's fast cosine is accurate to 2^-21 absolute), the quarter turn added after the reduction."""
+        one cosine per element. The phase k x is the matmul backend's fp32 product, reduced to [-pi, pi] (where the
+        cosine needs no slow path), the quarter turn added after the reduction (no rounding of k x + pi/2)."""
         k = (rows % M).to(tl.float32)
         phase = k[:, None] * x[None, :]
         phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)  # 2 pi whole turns off
         phase = phase + tl.where(rows < M, 0.0, 1.5707963267948966)[:, None]
         phase = tl.where(phase > 3.141592653589793, phase - 6.283185307179586, phase)
-        if FAST:  # the SFU's cos.approx (the interpreter has no libdevice)
-            v = libdevice.fast_cosf(phase)
-        else:
-            v = tl.cos(phase)
-        return v
+        return tl.cos(phase)
 
     @triton.jit
     def _spectrum_kernel(x_ptr, h_ptr, out_ptr, P, CHUNK, M: tl.constexpr, C: tl.constexpr,
-                         BLOCK: tl.constexpr, IEEE: tl.constexpr, FAST: tl.constexpr):
+                         BLOCK: tl.constexpr, IEEE: tl.constexpr):
         b = tl.program_id(0)
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
@@ -81,19 +68,19 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             inside = j < end
             x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
             h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-            acc = tl.dot(_basis(x, rows, M, FAST), h, acc, input_precision="ieee" if IEEE else "tf32")  # h 0 outside
+            acc = tl.dot(_basis(x, rows, M), h, acc, input_precision="ieee" if IEEE else "tf32")  # h 0 outside
         tl.store(out_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
     def _synthesis_kernel(x_ptr, y_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
-                          BLOCK: tl.constexpr, IEEE: tl.constexpr, FAST: tl.constexpr):
+                          BLOCK: tl.constexpr, IEEE: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
-        vt = tl.trans(_basis(x, rows, M, FAST))  # [particles, 2M]
+        vt = tl.trans(_basis(x, rows, M))  # [particles, 2M]
         y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
         out = tl.dot(vt, y, input_precision="ieee" if IEEE else "tf32")
         tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
@@ -106,7 +93,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         chunk = -(-p // chunks)
         partial = torch.empty(b, chunks, 2 * modes, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_spectrum_kernel)[(b, chunks)](
-            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee, FAST=fast_cosine())
+            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee)
         return partial.sum(1)
 
     @torch.library.triton_op("caraml::dse_synthesis", mutates_args=())
@@ -116,7 +103,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         rows, c = y.shape[1:]
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
         torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, BLOCK_P))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee, FAST=fast_cosine())
+            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
         return out
 
     def _keep_spectrum(ctx, inputs, output):
