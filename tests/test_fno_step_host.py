@@ -126,6 +126,26 @@ def test_bench_script_layout_check_compares_pic1d_layouts():
     assert summary["goals"]["pic1d_layouts_equal_within_1e-4"] == {"highest": True, "high": True}
 
 
+def test_pic1d_triton_summary_pairs_processes_and_bounds_tf32_by_its_own_error():
+    """The pic1d-triton group's summary: each backend's two processes and the ratio of their means; IEEE float32
+    within 1e-4, TF32 judged by TF32's own error (as the layouts are), not by 1e-4, which no TF32 run meets."""
+    rates = {"PIC1D_caraml_compiled": 1600.0, "PIC1D_caraml_compiled_again": 1610.0,
+             "PIC1D_caraml_triton_compiled": 1500.0, "PIC1D_caraml_triton_compiled_again": 1520.0}
+    by = {name: {"status": "ok", "samples_per_s": v} for name, v in rates.items()}
+    check = {"status": "ok", "high_within_tf32_floor": True,
+             "equal_within_1e-4": {"highest": True, "high": False, "highest, triton": True, "high, triton": False,
+                                   "high, triton, compiled": False}}
+    summary = fno_points.summary({**by, "PIC1D_triton_check": check})
+    assert summary["pic1d_triton_over_matmul"] == {"matmul": [1600.0, 1610.0], "triton": [1500.0, 1520.0],
+                                                   "ratio": pytest.approx(1510 / 1605)}
+    goals = summary["goals"]
+    assert goals["pic1d_triton_equal_within_1e-4"] is True and goals["pic1d_triton_within_tf32_error"] is True
+    check["equal_within_1e-4"]["highest, triton"] = check["high_within_tf32_floor"] = False
+    goals = fno_points.summary({**by, "PIC1D_triton_check": check})["goals"]
+    assert goals["pic1d_triton_equal_within_1e-4"] is False and goals["pic1d_triton_within_tf32_error"] is False
+    assert goals["pic1d_compiled_at_least_2x_issue_start"] is False  # 1,610 < 2 x 1,193
+
+
 @pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])
 def test_bench_script_plain_loop_runs_caramls_pic_operators(name):
     """The PIC groups' plain points: the operator caraml's twin point builds (PIC1D channels-last, PIC2D's matrix
