@@ -136,7 +136,8 @@ class FNOConfig:
     dse_backend: str = setting("matmul", "PIC1D only: its two DSE products as matmuls over a Vandermonde matrix made "
                                "once per step (matmul) or as Triton kernels that make V's tiles from the positions "
                                "in registers (triton: CUDA GPUs, channels-last, float32 spectra); the same results to "
-                               "float rounding", choices=("matmul", "triton"), identifies_at_default=False)
+                               "float rounding, slower on an H200 (docs/fno.md)", choices=("matmul", "triton"),
+                               identifies_at_default=False)
     caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
                                   "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and "
                                   "fp16, compiled training) or 2026.02 (batch 4, validation batch 1, fp32, eager); "
