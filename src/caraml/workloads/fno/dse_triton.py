@@ -46,7 +46,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     def _basis(x, rows, M: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) = cos(k x + pi/2) for the rows M + k, so
         one cosine per element. The phase k x is the matmul backend's fp32 product, reduced to [-pi, pi] (where the
-        cosine needs no slow path), the quarter turn added after the reduction (no rounding of k x + pi/2)."""
+        cosine needs no slow path); the quarter turn is added after the reduction, so it rounds at pi's scale, not
+        at k x's."""
         k = (rows % M).to(tl.float32)
         phase = k[:, None] * x[None, :]
         phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)  # 2 pi whole turns off
