@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from slurm_cluster import slurm_cluster  # noqa: F401 (a session fixture: one cluster for all tests)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,12 @@ def _nvml_present() -> bool:
 
 HAS_NVML = _nvml_present()
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+def torchrun(ranks: int = 2) -> list[str]:
+    """The start of a torchrun command for `ranks` processes on this host, its rendezvous on a free port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
+            str(free_port())]
 
 
 def cli_env(**extra) -> dict:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
+from ports import free_port
 
 needs_slurm = pytest.mark.slurm  # conftest skips it without slurmctld or root
 
@@ -26,11 +26,6 @@ needs_slurm = pytest.mark.slurm  # conftest skips it without slurmctld or root
 MULTI = "multi"  # the partition of both nodes
 NODES = ("n1", "n2")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +46,7 @@ CredType=cred/none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SlurmctldPort={_free_port()}
+SlurmctldPort={free_port()}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
@@ -63,8 +58,8 @@ ReturnToService=2
 MinJobAge=600
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
-NodeName=n1 NodeHostname=localhost Port={_free_port()} CPUs=2 State=UNKNOWN
-NodeName=n2 NodeHostname=localhost Port={_free_port()} CPUs=2 State=UNKNOWN
+NodeName=n1 NodeHostname=localhost Port={free_port()} CPUs=2 State=UNKNOWN
+NodeName=n2 NodeHostname=localhost Port={free_port()} CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes=n1 Default=YES MaxTime=INFINITE State=UP
 PartitionName={MULTI} Nodes=n[1-2] MaxTime=INFINITE State=UP
 """)

@@ -20,7 +20,7 @@ import time
 import handmade
 import pytest
 import torch
-from conftest import ROOT, caraml, cli_env, kill_tree, records_in, run_all
+from conftest import ROOT, caraml, cli_env, kill_tree, records_in, run_all, torchrun
 
 PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")
 # CARAML's FNO table (CARAML-FACTS.md): in/out channels, width, modes, layers, batch size
@@ -59,12 +59,10 @@ def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
                                  "--results", results, "--json")
     commands["host"] = _cli("run", "fno", "--preset", "smoke-PIC2D", "data=synthetic-host", "--results", results,
                             "--json")
-    commands["ddp"] = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                       "29611", "-m", "caraml", "run", "fno", "--preset", "smoke-PIC1D", "--results",
+    commands["ddp"] = [*torchrun(), "-m", "caraml", "run", "fno", "--preset", "smoke-PIC1D", "--results",
                        str(base / "ddp"), "--json"]
     # CARAML's global batch (8: 4 a rank) through its loaders with a DistributedSampler
-    commands["ddp-host"] = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                            "29612", "-m", "caraml", "run", "fno", "--preset", "smoke-RBC2D", "batch_size=0",
+    commands["ddp-host"] = [*torchrun(), "-m", "caraml", "run", "fno", "--preset", "smoke-RBC2D", "batch_size=0",
                             "global_batch_size=8", "data=synthetic-host", "--results", str(base / "ddp"), "--json"]
     # each run bounded on its own: one that hangs fails the tests that read it, not the module
     return run_all(commands, PARALLEL, env=cli_env(OMP_NUM_THREADS=1), cwd=ROOT)
@@ -353,9 +351,8 @@ def test_sigterm_during_the_epochs_leaves_an_interrupted_record(tmp_path):
 def test_sigterm_to_torchrun_during_the_epochs_leaves_an_interrupted_record(tmp_path):
     results = tmp_path / "results"
     record = _interrupted_in_the_epochs(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29614", "-m",
-         "caraml", "run", "fno", "--preset", "smoke-PIC1D", "epochs=100000", "power=off", "--results", results,
-         "--json"], results)
+        [*torchrun(), "-m", "caraml", "run", "fno", "--preset", "smoke-PIC1D", "epochs=100000", "power=off",
+         "--results", results, "--json"], results)
     assert record["launch"]["world_size"] == 2 and record["metrics"]["units"] == 2 * 4 * 5  # both ranks' steps
 
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import cli
+from conftest import cli, torchrun
 
 h5py = pytest.importorskip("h5py")
 
@@ -390,7 +390,6 @@ def test_a_data_path_that_is_a_fifo_is_not_said_to_be_missing(tmp_path):
 
 @pytest.mark.multiprocess
 def test_nan_in_one_ranks_shard_refuses_both_ranks_under_torchrun(tmp_path):
-    import sys
 
     from conftest import ROOT, cli_env, records_in, run
 
@@ -398,9 +397,8 @@ def test_nan_in_one_ranks_shard_refuses_both_ranks_under_torchrun(tmp_path):
     with h5py.File(path, "r+") as f:
         f["inputs"][12, 0, 0, 0] = math.nan  # 16 train samples: rank 1 trains on 8-15
     results = tmp_path / "results"
-    proc = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29657", "-m",
-                "caraml", "run", "fno", "--preset", "smoke-RBC2D", "data=file", f"data_path={path}", "epochs=0",
-                "--results", str(results)], env=cli_env(OMP_NUM_THREADS=1), cwd=ROOT)
+    proc = run([*torchrun(), "-m", "caraml", "run", "fno", "--preset", "smoke-RBC2D", "data=file",
+                f"data_path={path}", "epochs=0", "--results", str(results)], env=cli_env(OMP_NUM_THREADS=1), cwd=ROOT)
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert "inputs sample 12 holds 1 NaN or infinite value(s)" in proc.stderr, proc.stderr[-3000:]
     assert "refused by another process" in proc.stderr, proc.stderr[-3000:]

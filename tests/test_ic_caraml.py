@@ -12,7 +12,7 @@ from pathlib import Path
 
 import handmade
 import pytest
-from conftest import caraml, cli_env, kill_tree, records_in, run
+from conftest import caraml, cli_env, kill_tree, records_in, run, torchrun
 from power_trees import moving_counter, rapl_tree
 
 from caraml import cli
@@ -134,16 +134,15 @@ def test_tag_products_and_the_ipu_precisions():
 def caraml_run(tmp_path_factory):
     """One tiny run of the caraml preset on two ranks (gloo) of one node with a fake RAPL tree: its epochs over
     a DistributedSampler, every step's loss averaged over the ranks, and CARAML's energy files."""
-    import sys
 
     tmp = tmp_path_factory.mktemp("caraml-run")
     base = rapl_tree(tmp / "sys")
     stop = threading.Event()
     ticker = threading.Thread(target=moving_counter, args=(base, stop), daemon=True)
     ticker.start()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29547", "-m",
-           "caraml", "run", "image_classification", "--preset", "caraml", "model=resnet18", "image_size=32",
-           "batch_size=2", "precision=fp32", "dataset_size=10", "val_split=0.2", "epochs=2", "warmup_epochs=1",
+    cmd = [*torchrun(), "-m", "caraml", "run", "image_classification", "--preset", "caraml", "model=resnet18",
+           "image_size=32", "batch_size=2", "precision=fp32", "dataset_size=10", "val_split=0.2", "epochs=2",
+           "warmup_epochs=1",
            "workers=0", "warmup_steps=1", "measure_steps=2", "power=rapl", "power_interval_ms=50", "--system", "CPU",
            "--results", str(tmp / "results"), "--json"]
     try:
@@ -394,9 +393,7 @@ def test_sigterm_during_caraml_epochs_leaves_an_interrupted_record_at_once(resul
     import sys
     import time
 
-    launch = [sys.executable, "-m", "caraml"] if ranks == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29548", "-m",
-         "caraml"]
+    launch = [sys.executable, "-m", "caraml"] if ranks == 1 else [*torchrun(), "-m", "caraml"]
     proc = subprocess.Popen([*launch, "run", "image_classification", "--preset", "smoke", *LONG_EPOCHS,
                              "--results", str(results), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=cli_env(OMP_NUM_THREADS=1))

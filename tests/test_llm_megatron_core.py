@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 from conftest import cli
 from handmade import config_id_of
+from ports import free_port
 
 from caraml.runner import RunSpec, resolve
 
@@ -104,15 +105,10 @@ def test_the_layout_names_each_megatron_parameter_by_our_global_layer_and_split(
 def megatron_single_process(monkeypatch):
     """megatron-core's parallel state over a one-process gloo group (torn down after the test)."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
-    import socket
-
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
     yield
     parallel_state.destroy_model_parallel()

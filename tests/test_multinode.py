@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HANG_S, caraml, cli_env, records_in, wait_until
+from ports import free_port
 from power_trees import moving_counter, rapl_tree
 from slurm_cluster import MULTI, needs_slurm
 from slurm_cluster import queue as _queue
@@ -32,13 +33,6 @@ from caraml.parallel_dims import ParallelDims
 NODES = ("n1", "n2")
 COMMON = ["device=cpu", "power=rapl", "power_interval_ms=50", "energy_files=caraml"]  # gloo on a GPU host too
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -58,7 +52,7 @@ def _moving_rapl(*roots: Path):
 
 def _agents(tmp: Path, ranks_per_node: int, run_args: list[str]) -> list[subprocess.Popen]:
     """Two torchrun agents, one per emulated node, meeting at a c10d rendezvous on localhost."""
-    port, procs = _free_port(), []
+    port, procs = free_port(), []
     for node in NODES:
         env = cli_env(CARAML_HOSTNAME=node, CARAML_SYSFS_ROOT=tmp / node / "sys", OMP_NUM_THREADS=1)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={ranks_per_node}",

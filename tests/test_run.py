@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, run, run_cli, wait_until
+from conftest import HANG_S, ROOT, caraml, cli_env, read_stderr_until, records_in, run, run_cli, torchrun, wait_until
 
 from caraml.results.record import validate
 
@@ -148,8 +148,7 @@ def test_signal_during_measurement_keeps_what_was_measured(results, sig, inherit
 
 @pytest.mark.multiprocess
 def test_ddp_two_processes_under_torchrun(results):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-           "-m", "caraml", *SMOKE, "measure_steps=4", "--results", str(results), "--json"]
+    cmd = [*torchrun(), "-m", "caraml", *SMOKE, "measure_steps=4", "--results", str(results), "--json"]
     proc = run(cmd, env=cli_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -284,9 +283,8 @@ def _worker_pids(parent: int) -> dict[int, int]:
 def test_ddp_ranks_stop_together_when_one_rank_is_signalled(results):
     # SLURM delivers its warning signal to each rank at slightly different times; here only rank 1 gets
     # it. The ranks must still leave the loop at the same step and agree on the measured window.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29534",
-           "-m", "caraml", *SMOKE, "image_size=32", "measure_steps=100000", "power=off", "--results", str(results),
-           "--json"]
+    cmd = [*torchrun(), "-m", "caraml", *SMOKE, "image_size=32", "measure_steps=100000", "power=off", "--results",
+           str(results), "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=ROOT)
     # Rank 0 says "measuring" after the barrier that both ranks pass into the measured loop; the ranks agree on a
     # stop every 10 steps, so they stop together at step 10 at the earliest.

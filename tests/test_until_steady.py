@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 
 import pytest
-from conftest import ROOT, cli, cli_env, records_in, run
+from conftest import ROOT, cli, cli_env, records_in, run, torchrun
 
 from caraml.measure import steady
 from caraml.results.table import format_value
@@ -131,8 +130,7 @@ def test_a_caps_own_step_count_stops_it_with_the_warning(tmp_path):
 @pytest.mark.subprocess
 @pytest.mark.multiprocess
 def test_two_ranks_stop_on_the_same_step(results):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29571",
-           "-m", "caraml", *TINY_GPT, *STEADY, "--results", str(results), "--json"]
+    cmd = [*torchrun(), "-m", "caraml", *TINY_GPT, *STEADY, "--results", str(results), "--json"]
     proc = run(cmd, env=cli_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
