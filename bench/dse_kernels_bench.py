@@ -14,6 +14,7 @@ import json
 import math
 import os
 import statistics
+import sys
 
 
 def timed(fn, repeats: int) -> dict:
@@ -81,9 +82,15 @@ def main() -> None:
     ap.add_argument("--modes", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=30)
     args = ap.parse_args()
-    rows = measure(args)
-
     import torch
+
+    from caraml.workloads.fno import dse_triton
+
+    why = "needs a CUDA GPU" if not torch.cuda.is_available() else dse_triton.unavailable(args.modes, args.width)
+    if why:
+        print(f"dse_kernels_bench: dse_backend=triton {why}; run it on the GPU machine", file=sys.stderr)
+        sys.exit(2)
+    rows = measure(args)
 
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "dse_kernels_bench.json"), "w") as f:

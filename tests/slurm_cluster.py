@@ -27,7 +27,6 @@ MULTI = "multi"  # the partition of both nodes
 NODES = ("n1", "n2")
 
 
-
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm")

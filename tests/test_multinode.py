@@ -34,7 +34,6 @@ NODES = ("n1", "n2")
 COMMON = ["device=cpu", "power=rapl", "power_interval_ms=50", "energy_files=caraml"]  # gloo on a GPU host too
 
 
-
 @contextmanager
 def _moving_rapl(*roots: Path):
     """A RAPL tree under each root whose package-0 counter moves (40 W) while the block runs."""
