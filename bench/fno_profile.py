@@ -3,7 +3,7 @@ its parameters, timed by CUDA events and then profiled; the kernels by category 
 `--variant` (a name and parameters) runs in its own process, so compiled code and memory do not carry over.
 
     PYTHONPATH=src python3 bench/fno_profile.py --out $OUT [--preset PIC1D]
-        [--variant matmul=compile=inductor --variant triton=compile=inductor,dse_backend=triton]
+        [--variant NAME=KEY=VALUE,... ...]   (default: PIC1D compiled with each dse_backend)
 
 Writes fno_profile.json into --out. Without a GPU the smoke preset runs on the CPU: a check of the script only.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from caraml.compare.kernel_profile import breakdown, kernel_table
 
 CATEGORIES = (  # first match wins
-    ("dse kernels (triton op)", re.compile(r"_spectrum_kernel|_synthesis_kernel", re.I)),
+    ("dse kernels (triton op)", re.compile(r"_spectrum_kernel|_synthesis_kernel|_layer_kernel|_layer_grad", re.I)),
     ("matmul (cuBLAS)", re.compile(r"gemm|nvjet|cublas|cutlass|splitk|xmma|sm90", re.I)),
     ("triton template", re.compile(r"^triton_tem", re.I)),
     ("triton reduction", re.compile(r"^triton_(red|per)", re.I)),
@@ -32,7 +32,8 @@ CATEGORIES = (  # first match wins
     ("copy / fill", re.compile(r"memcpy|memset|copy|fill", re.I)),
     ("reduction", re.compile(r"reduce", re.I)),
 )
-DEFAULT_VARIANTS = ("matmul=compile=inductor", "triton=compile=inductor,dse_backend=triton")
+DEFAULT_VARIANTS = ("matmul=compile=inductor", "triton=compile=inductor,dse_backend=triton",
+                    "fused=compile=inductor,dse_backend=triton-fused")
 
 
 def category(name: str) -> str:

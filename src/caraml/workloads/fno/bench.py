@@ -191,11 +191,11 @@ class FNOBench:
         """The operator for the data's grid or particles (checked against the kept modes), its FLOPs counted on the
         meta device, on the device and, with several processes, under DDP."""
         cfg, pb, spatial = self.cfg, self.problem, self.data.spatial
-        if cfg.dse_backend == "triton":  # where the kernels can run: a CUDA GPU, Triton, the tensor cores' tiles
+        if cfg.dse_backend != "matmul":  # where the kernels can run: a CUDA GPU, Triton, the tensor cores' tiles
             misfit = ("runs on CUDA GPUs (Triton's kernels); use dse_backend=matmul here"
                       if self.device.type != "cuda" else dse_kernels().unavailable(cfg.kept_modes[0], cfg.width))
             if misfit:
-                raise BadInput(f"fno: dse_backend=triton {misfit}")
+                raise BadInput(f"fno: dse_backend={cfg.dse_backend} {misfit}")
         misfit = modes_misfit(pb.kind, cfg.kept_modes, spatial)
         if misfit:
             raise BadInput(f"fno: {pb.name} with modes={cfg.modes}: {misfit}")

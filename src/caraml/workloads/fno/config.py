@@ -11,6 +11,7 @@ from typing import Any
 from caraml.errors import BadInput
 from caraml.params import read_config, setting
 from caraml.workloads.fno.problems import (
+    DSE_BACKENDS,
     NAMES,
     PROBLEMS,
     Problem,
@@ -36,6 +37,8 @@ def dse_backend_misfit(pb: Problem, values: dict) -> str | None:
         return "needs dse_layout=channels-last (its [B, P, C] activations): leave dse_layout out"
     if values["complex_mixed_precision"]:
         return "works on float32 spectra: leave complex_mixed_precision off"
+    if values["dse_backend"] == "triton-fused" and values["precision"] != "fp32":
+        return f"runs the skip products in its float32 kernels: use precision=fp32 (not {values['precision']})"
     return None
 
 
@@ -135,9 +138,10 @@ class FNOConfig:
                               choices=("channels-last", "channels-first"), identifies_at_default=False)
     dse_backend: str = setting("matmul", "PIC1D only: its two DSE products as matmuls over a Vandermonde matrix made "
                                "once per step (matmul) or as Triton kernels that make V's tiles from the positions "
-                               "in registers (triton: CUDA GPUs, channels-last, float32 spectra); the same results to "
-                               "float rounding, slower on an H200 (docs/fno.md)", choices=("matmul", "triton"),
-                               identifies_at_default=False)
+                               "in registers (triton: CUDA GPUs, channels-last, float32 spectra), also with each "
+                               "layer's inverse, skip product, bias and GELU in one kernel (triton-fused: and "
+                               "precision=fp32); the same results to float rounding (docs/fno.md)",
+                               choices=DSE_BACKENDS, identifies_at_default=False)
     caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
                                   "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and "
                                   "fp16, compiled training) or 2026.02 (batch 4, validation batch 1, fp32, eager); "

@@ -86,12 +86,78 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         out = tl.dot(vt, y, input_precision="ieee" if IEEE else "tf32")
         tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
 
+    @triton.jit
+    def _gelu(z):
+        return 0.5 * z * (1 + tl.erf(z * 0.7071067811865476))
+
+    @triton.jit
+    def _gelu_grad(z):
+        return 0.5 * (1 + tl.erf(z * 0.7071067811865476)) + z * 0.3989422804014327 * tl.exp(-0.5 * z * z)
+
+    @triton.jit
+    def _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M: tl.constexpr, C: tl.constexpr,
+                        IEEE: tl.constexpr):
+        """A layer's z = V^T y + h W^T + bias for particles j of sample b ([particles, C]); V's tile and h too."""
+        rows = tl.arange(0, 2 * M)
+        cols = tl.arange(0, C)
+        x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
+        v = _basis(x, rows, M)  # [2M, particles]
+        y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
+        h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
+        w_t = tl.load(w_ptr + cols[None, :] * C + cols[:, None])  # W^T [C in, C out]
+        z = tl.dot(tl.trans(v), y, input_precision="ieee" if IEEE else "tf32")
+        z = tl.dot(h, w_t, z, input_precision="ieee" if IEEE else "tf32")
+        return z + tl.load(bias_ptr + cols)[None, :], v, h
+
+    @triton.jit
+    def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
+                      BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        b = tl.program_id(0)
+        j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        inside = j < P
+        z, _, _ = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
+        cols = tl.arange(0, C)
+        tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], _gelu(z), mask=inside[:, None])
+
+    @triton.jit
+    def _layer_grad_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, g_ptr, dh_ptr, dy_ptr, dw_ptr, dbias_ptr, P, CHUNK,
+                           M: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        """z made again from h (never stored), dz = g GELU'(z); dh's skip part dz W per tile; this chunk's partial
+        sums of dy = V dz, dW = dz^T h and dbias."""
+        b = tl.program_id(0)
+        s = tl.program_id(1)
+        rows = tl.arange(0, 2 * M)
+        cols = tl.arange(0, C)
+        w = tl.load(w_ptr + cols[:, None] * C + cols[None, :])  # [C out, C in]
+        acc_y = tl.zeros((2 * M, C), dtype=tl.float32)
+        acc_w = tl.zeros((C, C), dtype=tl.float32)
+        acc_bias = tl.zeros((C,), dtype=tl.float32)
+        end = tl.minimum(s * CHUNK + CHUNK, P)
+        for start in range(s * CHUNK, end, BLOCK):
+            j = start + tl.arange(0, BLOCK)
+            inside = j < end
+            z, v, h = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
+            at = (b * P + j)[:, None] * C + cols[None, :]
+            dz = tl.load(g_ptr + at, mask=inside[:, None], other=0.0) * _gelu_grad(z)  # 0 outside
+            tl.store(dh_ptr + at, tl.dot(dz, w, input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
+            acc_y = tl.dot(v, dz, acc_y, input_precision="ieee" if IEEE else "tf32")
+            acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
+            acc_bias += tl.sum(dz, 0)
+        program = b * tl.num_programs(1) + s
+        tl.store(dy_ptr + (program * 2 * M + rows[:, None]) * C + cols[None, :], acc_y)
+        tl.store(dw_ptr + (program * C + cols[:, None]) * C + cols[None, :], acc_w)
+        tl.store(dbias_ptr + program * C + cols, acc_bias)
+
+    def _chunks(p: int) -> tuple[int, int]:
+        """How many programs share a sample's particles in the summing kernels, and the particles each takes."""
+        chunks = max(1, p // CHUNK_P)
+        return chunks, -(-p // chunks)
+
     @torch.library.triton_op("caraml::dse_spectrum", mutates_args=())
     def spectrum(x: torch.Tensor, h: torch.Tensor, modes: int, ieee: bool) -> torch.Tensor:
         """x [B, P] positions, h [B, P, C] float32 -> V @ h [B, 2 modes, C], summed from chunks of >= CHUNK_P."""
         b, p, c = h.shape
-        chunks = max(1, p // CHUNK_P)
-        chunk = -(-p // chunks)
+        chunks, chunk = _chunks(p)
         partial = torch.empty(b, chunks, 2 * modes, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_spectrum_kernel)[(b, chunks)](
             x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee)
@@ -124,3 +190,41 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     spectrum.register_autograd(_spectrum_backward, setup_context=_keep_spectrum)
     synthesis.register_autograd(_synthesis_backward, setup_context=_keep_synthesis)
 
+
+
+    @torch.library.triton_op("caraml::dse_layer", mutates_args=())
+    def layer(x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+              ieee: bool) -> torch.Tensor:
+        """A whole Fourier layer after the spectrum: GELU(V^T y + h W^T + bias) [B, P, C] (dse_backend=triton-fused:
+        one [B, P, C] write where the inverse, the skip product and their sum write three)."""
+        b, p, c = h.shape
+        out = torch.empty_like(h)
+        torch.library.wrap_triton(_layer_kernel)[(b, triton.cdiv(p, BLOCK_P))](
+            x, y, h, weight, bias, out, p, M=y.shape[1] // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+        return out
+
+    @torch.library.triton_op("caraml::dse_layer_backward", mutates_args=())
+    def layer_backward(x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                       grad: torch.Tensor, ieee: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The layer's gradients (dy, dh through the skip product, dW, dbias); dh through the spectrum is the
+        spectrum's own backward."""
+        b, p, c = h.shape
+        rows = y.shape[1]
+        chunks, chunk = _chunks(p)
+        dh = torch.empty_like(h)
+        dy = torch.empty(b, chunks, rows, c, device=h.device, dtype=torch.float32)
+        dw = torch.empty(b * chunks, c, c, device=h.device, dtype=torch.float32)
+        dbias = torch.empty(b * chunks, c, device=h.device, dtype=torch.float32)
+        torch.library.wrap_triton(_layer_grad_kernel)[(b, chunks)](
+            x, y, h, weight, bias, grad, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+        return dy.sum(1), dh, dw.sum(0), dbias.sum(0)
+
+    def _keep_layer(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:5])
+        ctx.ieee = inputs[5]
+
+    def _layer_backward(ctx, grad):
+        dy, dh, dw, dbias = layer_backward(*ctx.saved_tensors, grad.contiguous(), ctx.ieee)
+        return None, dy, dh, dw, dbias, None
+
+    layer.register_autograd(_layer_backward, setup_context=_keep_layer)

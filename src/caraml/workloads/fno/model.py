@@ -48,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from caraml.workloads.fno.problems import DSE_BACKENDS
+
 PROJECTION_EXPANSION = 4  # hidden width of the projection / width: CARAML's channel_mlp_expansion
 KB_WIDTH = 4  # Kaiser-Bessel kernel width in grid points (NUFFT)
 KB_OVERSAMPLING = 2  # oversampling of the NUFFT grid
@@ -192,12 +194,16 @@ class DSE(nn.Module):
         self.block = (modes[0],)
         self.norm = "backward"  # as GridFFT: "ortho" scales both ways by 1/sqrt(P) instead of 1/P on the way back
         self.channels_last = channels_last
-        self.backend = backend  # triton: V made inside the two products' kernels, never stored (dse_triton)
+        self.backend = backend  # triton, triton-fused: V made inside the products' kernels, never stored (dse_triton)
 
     def _in_kernel(self, t) -> bool:
-        """Whether the products run in dse_triton's kernels: backend triton, except on the meta device (where the
-        FLOPs are counted: the same products as matmuls)."""
-        return self.backend == "triton" and t.device.type != "meta"
+        """Whether the products run in dse_triton's kernels: backend triton(-fused), except on the meta device (where
+        the FLOPs are counted: the same products as matmuls)."""
+        return self.backend != "matmul" and t.device.type != "meta"
+
+    def fuses_layers(self, t) -> bool:
+        """Whether a layer's inverse, skip product, bias and GELU run as one kernel (inverse_skip_gelu)."""
+        return self.backend == "triton-fused" and self._in_kernel(t)
 
     def describe(self) -> str:
         layout = ("[B, P, C] activations, one Vandermonde matrix for both ways" if self.channels_last else
@@ -216,7 +222,8 @@ class DSE(nn.Module):
         c[0] = 1.0
         if self._in_kernel(x):  # the positions themselves (the kernels make V) and the inverse's scale
             if pos.requires_grad:
-                raise ValueError("dse_backend=triton gives the particle positions no gradient: use the matmul backend")
+                raise ValueError(f"dse_backend={self.backend} gives the particle positions no gradient: use the matmul "
+                                 "backend")
             return pos.contiguous(), torch.cat([c, c])[:, None] / p
         # channels-last: the particles in S chunks, V as [B S, 2m, P/S] (see the class); channels-first: [B, 2m, P]
         chunks = particle_chunks(p) if self.channels_last else 1
@@ -255,7 +262,7 @@ class DSE(nn.Module):
         if self.channels_last:  # -> [B, P, C]
             forward, scale = basis
             b, c = y.shape[:2]
-            ys = y.permute(0, 3, 2, 1).reshape(b, -1, c) * scale.to(y.dtype)  # [B, (re m | im m), C]
+            ys = _scaled_rows(y, scale)
             if self._in_kernel(y):  # `forward` holds the positions
                 return dse_kernels().synthesis(forward, ys.contiguous(), _ieee())  # [B, P, C]
             chunks = forward.shape[0] // b
@@ -266,6 +273,18 @@ class DSE(nn.Module):
         _, inverse = basis
         ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
         return torch.bmm(ys, inverse.to(ys.dtype))
+
+
+    def inverse_skip_gelu(self, y, basis, h, skip):
+        """GELU(inverse(y) + skip(h)) in one kernel (backend triton-fused, channels-last): h [B, P, C]."""
+        positions, scale = basis
+        return dse_kernels().layer(positions, _scaled_rows(y, scale).contiguous(), h.contiguous(), skip.weight,
+                                   skip.bias, _ieee())
+
+
+def _scaled_rows(y, scale):
+    """A spectrum [B, C, m, (re, im)] as the inverse's rows [B, (re m | im m), C], times the inverse's scale."""
+    return y.permute(0, 3, 2, 1).reshape(y.shape[0], -1, y.shape[1]) * scale.to(y.dtype)
 
 
 def dse_kernels():
@@ -513,8 +532,10 @@ class FNO(nn.Module):
         self.kind, self.half_spectral, self.complex_weights = kind, half_spectral, complex_weights
         # activations [B, P, C] (DSE only): see DSE
         self.channels_last = kind == "dse" and dse_layout == "channels-last"
+        if dse_backend not in DSE_BACKENDS:
+            raise ValueError(f"dse backend {dse_backend!r}: choose one of {', '.join(DSE_BACKENDS)}")
         if dse_backend != "matmul" and not (self.channels_last and not half_spectral):
-            raise ValueError("dse_backend=triton needs the DSE in channels-last layout on float32 spectra")
+            raise ValueError(f"dse_backend={dse_backend} needs the DSE in channels-last layout on float32 spectra")
         if kind == "kbnufft":
             if half_spectral:
                 raise ValueError("CARAML's PIC2D operator runs in complex64 (torchkbnufft): no fp16 spectra")
@@ -560,6 +581,11 @@ class FNO(nn.Module):
         """The same layers on [B, P, C] activations: the pointwise layers as F.linear (no layout copies)."""
         h = F.linear(x.transpose(1, 2), self.lift.weight, self.lift.bias)  # [B, P, width]
         for i, skip in enumerate(self.skips):
+            if self.transform.fuses_layers(h):  # dse_backend=triton-fused: one kernel after the spectrum
+                with no_autocast(h):
+                    spec = self.spectral[i](self.transform(h.float(), basis, False))
+                    h = self.transform.inverse_skip_gelu(spec, basis, h.float(), skip)
+                continue
             h = F.gelu(self._spectral_conv(h, i, basis) + F.linear(h, skip.weight, skip.bias))
         h = F.gelu(F.linear(h, self.project.weight, self.project.bias))
         if self.out.weight.shape[0] == 1 and _compiling():
