@@ -636,14 +636,15 @@ x = torch.randn(2, 2, 5000, generator=gen)
 x[:, 0] = 2 * math.pi * torch.rand(2, 5000, generator=gen)  # 5000: two spectrum chunks, the last tile partial
 y = torch.randn(2, 1, 5000, generator=gen)
 results, weights = {}, None
-for backend in ("matmul", "triton"):
+for backend in ("matmul", "triton", "triton-fused"):
     model = FNO(2, 1, 16, (8,), 2, kind="dse", dse_layout="channels-last", dse_backend=backend)
     weights = weights if weights is not None else model.state_dict()
     model.load_state_dict(weights)
     out = model(x)
     F.l1_loss(out, y).backward()
     results[backend] = {"out": out.detach(), **{n: p.grad for n, p in model.named_parameters()}}
-rel = {n: ((results["triton"][n] - ref).norm() / ref.norm()).item() for n, ref in results["matmul"].items()}
+rel = {f"{b} {n}": ((results[b][n] - ref).norm() / ref.norm()).item()
+       for b in ("triton", "triton-fused") for n, ref in results["matmul"].items()}
 try:  # positions that ask for a gradient
     FNO(2, 1, 16, (8,), 1, kind="dse", dse_layout="channels-last", dse_backend="triton")(x.requires_grad_())
     positions = "not refused"
@@ -655,7 +656,8 @@ print(json.dumps({"rel": rel, "refused": [positions, dse_triton.unavailable(8, 2
 
 @pytest.mark.subprocess
 def test_pic1d_triton_kernels_are_the_same_layers():
-    """dse_backend=triton (V made inside the two products' kernels) against the matmul backend, from the same
+    """dse_backend=triton (V made inside the two products' kernels) and triton-fused (also each layer's inverse,
+    skip product, bias and GELU in one kernel, its gradients in another) against the matmul backend, from the same
     weights, in Triton's interpreter on the CPU: output and every weight's gradient within 1e-5 (float32, IEEE
     products); positions that ask for a gradient and widths the tensor cores cannot tile are refused."""
     pytest.importorskip("triton")
@@ -665,7 +667,8 @@ def test_pic1d_triton_kernels_are_the_same_layers():
                           env=cli_env(TRITON_INTERPRET="1", OMP_NUM_THREADS="1"), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "out" in found["rel"] and len(found["rel"]) > 5  # the output and the weights' gradients
+    assert {"triton out", "triton-fused out", "triton-fused skips.1.weight", "triton-fused skips.1.bias"} <= set(
+        found["rel"]) and len(found["rel"]) > 20  # each backend's output and weights' gradients
     assert all(v < 1e-5 for v in found["rel"].values()), found["rel"]
     positions, width = found["refused"]
     assert "gives the particle positions no gradient" in positions
@@ -684,14 +687,20 @@ def test_dse_backend_is_refused_where_its_kernels_cannot_run():
                         ({"complex_mixed_precision": True}, "works on float32 spectra")):
         with pytest.raises(BadInput, match=f"dse_backend=triton {says}"):
             _config(**{"problem": "PIC1D", "dse_backend": "triton", **given})
+    with pytest.raises(BadInput, match=r"dse_backend=triton-fused runs the skip products in its float32 kernels: use "
+                                       r"precision=fp32 \(not bf16\)"):
+        _config(problem="PIC1D", dse_backend="triton-fused", precision="bf16")
+    assert _config(problem="PIC1D", dse_backend="triton-fused").dse_backend == "triton-fused"
     declared = WORKLOAD.params  # PIC1D's ids stay as they were at the default
     assert "dse_backend" not in id_view(declared, resolve(declared, {"problem": "PIC1D"}, "fno"))
 
 
 @pytest.mark.subprocess
-def test_dse_backend_triton_on_a_cpu_is_one_line_exit_2(tmp_path):
-    proc = caraml("run", "fno", "--preset", "smoke-PIC1D", "dse_backend=triton", "--results", str(tmp_path), check=2)
-    assert "dse_backend=triton runs on CUDA GPUs" in proc.stderr and "Traceback" not in proc.stderr
+@pytest.mark.parametrize("backend", ["triton", "triton-fused"])
+def test_dse_backend_triton_on_a_cpu_is_one_line_exit_2(tmp_path, backend):
+    proc = caraml("run", "fno", "--preset", "smoke-PIC1D", f"dse_backend={backend}", "--results", str(tmp_path),
+                  check=2)
+    assert f"dse_backend={backend} runs on CUDA GPUs" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_pic1d_compiled_head_is_the_same_projection(monkeypatch):

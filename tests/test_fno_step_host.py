@@ -144,6 +144,14 @@ def test_pic1d_triton_summary_pairs_processes_and_bounds_tf32_by_its_own_error()
     goals = fno_points.summary({**by, "PIC1D_triton_check": check})["goals"]
     assert goals["pic1d_triton_equal_within_1e-4"] is False and goals["pic1d_triton_within_tf32_error"] is False
     assert goals["pic1d_compiled_at_least_2x_issue_start"] is False  # 1,610 < 2 x 1,193
+    fused = {"PIC1D_caraml_triton_fused_compiled": 2400.0, "PIC1D_caraml_triton_fused_compiled_again": 2420.0}
+    fused_check = {"status": "ok", "high_within_tf32_floor": True,
+                   "equal_within_1e-4": {"highest": True, "highest, triton-fused": True}}
+    summary = fno_points.summary({**by, **{n: {"status": "ok", "samples_per_s": v} for n, v in fused.items()},
+                                  "PIC1D_triton_fused_check": fused_check})
+    assert summary["pic1d_triton_fused_over_matmul"]["ratio"] == pytest.approx(2410 / 1605)
+    assert summary["goals"]["pic1d_triton_fused_equal_within_1e-4"] is True
+    assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True  # 2,420 >= 2 x 1,193
 
 
 @pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])

@@ -41,7 +41,7 @@ def _operator_results(size: dict, backend: str, device) -> dict:
 def _model_results(pb, size: dict, backend: str, compiled: bool, x, y, input_noise: float = 0.0,
                    dse_layout: str = "channels-first", dse_backend: str = "matmul") -> dict:
     """The FNO (CARAML's initial weights from seed 0) on one batch: output, L1 loss gradients w.r.t. the input and
-    every weight; input_noise: the input times 1 + input_noise * N(0, 1). dse_backend=triton: no input gradient
+    every weight; input_noise: the input times 1 + input_noise * N(0, 1). dse_backend=triton(-fused): no input gradient
     (its kernels give the positions none)."""
     import torch
 
@@ -159,11 +159,11 @@ def layout_check(spec: dict, where: FNORun) -> dict:
         if spec.get("compiled"):  # channels-last compiled (the fused one-channel head too) against eager, high
             checks["high, compiled"] = compare(_model_results(pb, size, "torchkbnufft", True, x, y,
                                                                dse_layout="channels-last"), ref)
-        if spec.get("triton") and device.type == "cuda":  # dse_backend=triton: eager under both, compiled under high
-            for precision, compiled in (("highest", False), ("high", False), ("high", True)):
+        for backend in spec.get("dse_backends", ()) if device.type == "cuda" else ():  # kernels: eager under
+            for precision, compiled in (("highest", False), ("high", False), ("high", True)):  # both, compiled high
                 torch.set_float32_matmul_precision(precision)
-                checks[f"{precision}, triton" + (", compiled" if compiled else "")] = compare(_model_results(
-                    pb, size, "torchkbnufft", compiled, x, y, dse_layout="channels-last", dse_backend="triton"),
+                checks[f"{precision}, {backend}" + (", compiled" if compiled else "")] = compare(_model_results(
+                    pb, size, "torchkbnufft", compiled, x, y, dse_layout="channels-last", dse_backend=backend),
                     refs[precision])
             torch.set_float32_matmul_precision("high")
         floor = compare(_model_results(pb, size, "torchkbnufft", False, x, y, input_noise=2.0 ** -24,

@@ -103,9 +103,14 @@ _LOOPS = {
     # PIC1D's DSE products as Triton kernels that make V from the positions (dse_backend=triton), and their check
     "PIC1D_caraml_triton_compiled": _c("PIC1D", "compile=inductor", "dse_backend=triton"),
     "PIC1D_caraml_triton_eager": _c("PIC1D", "dse_backend=triton"),
-    "PIC1D_triton_check": {"problem": "PIC1D", "layout_check": True, "triton": True},
+    "PIC1D_triton_check": {"problem": "PIC1D", "layout_check": True, "dse_backends": ["triton"]},
     "PIC1D_caraml_triton_compiled_again": _c("PIC1D", "compile=inductor", "dse_backend=triton"),
     "PIC1D_caraml_compiled_again": _c("PIC1D", "compile=inductor"),
+    # and each layer's inverse, skip product, bias and GELU in one kernel (dse_backend=triton-fused)
+    "PIC1D_caraml_triton_fused_compiled": _c("PIC1D", "compile=inductor", "dse_backend=triton-fused"),
+    "PIC1D_caraml_triton_fused_eager": _c("PIC1D", "dse_backend=triton-fused"),
+    "PIC1D_triton_fused_check": {"problem": "PIC1D", "layout_check": True, "dse_backends": ["triton-fused"]},
+    "PIC1D_caraml_triton_fused_compiled_again": _c("PIC1D", "compile=inductor", "dse_backend=triton-fused"),
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
@@ -142,11 +147,17 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
     "pic1d-triton": [
         "PIC1D_caraml_compiled", "PIC1D_caraml_triton_compiled", "PIC1D_triton_check",
         "PIC1D_caraml_triton_compiled_again", "PIC1D_caraml_compiled_again", "PIC1D_caraml_triton_eager",
-        "PIC1D_caraml_eager"]}
+        "PIC1D_caraml_eager"],
+    # PIC1D: dse_backend=triton-fused against matmul, compiled, each twice in alternation, its check, then eager
+    # (about 4 minutes)
+    "pic1d-triton-fused": [
+        "PIC1D_caraml_compiled", "PIC1D_caraml_triton_fused_compiled", "PIC1D_triton_fused_check",
+        "PIC1D_caraml_triton_fused_compiled_again", "PIC1D_caraml_compiled_again",
+        "PIC1D_caraml_triton_fused_eager", "PIC1D_caraml_eager"]}
 GROUP_ALIASES = {"issue19": "fno-operators", "issue19-recheck": "fno-recheck", "issue23-pic": "pic-throughput",
                  "issue23-pic1d": "pic1d-layouts"}  # the groups' old names
 # seconds, where --budget is not given (else 420)
-GROUP_BUDGETS = {"pic-throughput": 180, "pic1d-layouts": 150, "pic1d-triton": 240}
+GROUP_BUDGETS = {"pic-throughput": 180, "pic1d-layouts": 150, "pic1d-triton": 240, "pic1d-triton-fused": 240}
 PIC1D_START = 1193.0  # PIC1D compiled samples/s on the H200 before the channels-last layout
 
 
@@ -268,15 +279,17 @@ def _pic1d_goals(by: dict, out: dict) -> None:
         out["goals"]["pic1d_layouts_within_tf32_floor"] = layouts["high_within_tf32_floor"]
     rates = {backend: [r for r in (_rate(by, f"PIC1D_caraml{tag}_compiled"),
                                    _rate(by, f"PIC1D_caraml{tag}_compiled_again")) if r]
-             for backend, tag in (("matmul", ""), ("triton", "_triton"))}
-    if rates["matmul"] and rates["triton"]:  # each backend's processes, and the mean of each over the other's
-        out["pic1d_triton_over_matmul"] = {**rates, "ratio": statistics.fmean(rates["triton"])
-                                           / statistics.fmean(rates["matmul"])}
-    check = by.get("PIC1D_triton_check") or {}
-    if check.get("status") == "ok":  # IEEE float32 within 1e-4; under TF32 within TF32's own error (the layouts')
-        out["goals"]["pic1d_triton_equal_within_1e-4"] = check["equal_within_1e-4"]["highest, triton"]
-        out["goals"]["pic1d_triton_within_tf32_error"] = check["high_within_tf32_floor"]
-    best = max(rates["matmul"] + rates["triton"], default=None)
+             for backend, tag in (("matmul", ""), ("triton", "_triton"), ("triton-fused", "_triton_fused"))}
+    for backend in ("triton", "triton-fused"):
+        name = backend.replace("-", "_")
+        if rates["matmul"] and rates[backend]:  # each backend's processes, and the mean of each over the other's
+            out[f"pic1d_{name}_over_matmul"] = {"matmul": rates["matmul"], backend: rates[backend], "ratio":
+                                                statistics.fmean(rates[backend]) / statistics.fmean(rates["matmul"])}
+        check = by.get(f"PIC1D_{name}_check") or {}
+        if check.get("status") == "ok":  # IEEE float32 within 1e-4; under TF32 within TF32's own error (the layouts')
+            out["goals"][f"pic1d_{name}_equal_within_1e-4"] = check["equal_within_1e-4"][f"highest, {backend}"]
+            out["goals"][f"pic1d_{name}_within_tf32_error"] = check["high_within_tf32_floor"]
+    best = max((r for backend_rates in rates.values() for r in backend_rates), default=None)
     if best:
         out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = best >= 2 * PIC1D_START
 
