@@ -139,7 +139,8 @@ class FNOConfig:
     dse_backend: str = setting("matmul", "PIC1D only: its two DSE products as matmuls over a Vandermonde matrix made "
                                "once per step (matmul) or as Triton kernels that make V's tiles from the positions "
                                "in registers (triton: CUDA GPUs, channels-last, float32 spectra), also with each "
-                               "layer's inverse, skip product, bias and GELU in one kernel (triton-fused: and "
+                               "layer's inverse, skip product, bias and GELU in one kernel and the head in another "
+                               "(triton-fused: and "
                                "precision=fp32); the same results to float rounding (docs/fno.md)",
                                choices=DSE_BACKENDS, identifies_at_default=False)
     caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "

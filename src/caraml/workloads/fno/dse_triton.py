@@ -26,6 +26,7 @@ except ImportError:  # no Triton: the backend is refused (unavailable)
     triton = None
 
 BLOCK_P = 128  # particles per tile
+HEAD_BLOCK_P = 64  # the head's particles per tile: its [particles, 4 x width] tiles are 4 times as wide
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
 
 
@@ -148,6 +149,56 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         tl.store(dw_ptr + (program * C + cols[:, None]) * C + cols[None, :], acc_w)
         tl.store(dbias_ptr + program * C + cols, acc_bias)
 
+    @triton.jit
+    def _head_pre(h_ptr, w_ptr, bias_ptr, b, j, inside, P, C: tl.constexpr, H: tl.constexpr, IEEE: tl.constexpr):
+        """The projection's z = h W^T + bias [particles, H] for particles j of sample b, and h."""
+        cols = tl.arange(0, C)
+        hidden = tl.arange(0, H)
+        h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
+        w_t = tl.load(w_ptr + hidden[None, :] * C + cols[:, None])  # W^T [C, H]
+        z = tl.dot(h, w_t, input_precision="ieee" if IEEE else "tf32")
+        return z + tl.load(bias_ptr + hidden)[None, :], h
+
+    @triton.jit
+    def _head_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, out_bias_ptr, out_ptr, P, C: tl.constexpr, H: tl.constexpr,
+                     BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        b = tl.program_id(0)
+        j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        inside = j < P
+        z, _ = _head_pre(h_ptr, w_ptr, bias_ptr, b, j, inside, P, C, H, IEEE)
+        v = tl.load(v_ptr + tl.arange(0, H))
+        tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v[None, :], 1) + tl.load(out_bias_ptr), mask=inside)
+
+    @triton.jit
+    def _head_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dh_ptr, dw_ptr, dbias_ptr, dv_ptr, P, CHUNK,
+                          C: tl.constexpr, H: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        """z made again from h; dz = g v GELU'(z); dh = dz W per tile; this chunk's partial dW, dbias, dv."""
+        b = tl.program_id(0)
+        s = tl.program_id(1)
+        cols = tl.arange(0, C)
+        hidden = tl.arange(0, H)
+        w = tl.load(w_ptr + hidden[:, None] * C + cols[None, :])  # [H, C]
+        v = tl.load(v_ptr + hidden)
+        acc_w = tl.zeros((H, C), dtype=tl.float32)
+        acc_bias = tl.zeros((H,), dtype=tl.float32)
+        acc_v = tl.zeros((H,), dtype=tl.float32)
+        end = tl.minimum(s * CHUNK + CHUNK, P)
+        for start in range(s * CHUNK, end, BLOCK):
+            j = start + tl.arange(0, BLOCK)
+            inside = j < end
+            z, h = _head_pre(h_ptr, w_ptr, bias_ptr, b, j, inside, P, C, H, IEEE)
+            g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]  # 0 outside
+            dz = g * v[None, :] * _gelu_grad(z)
+            tl.store(dh_ptr + (b * P + j)[:, None] * C + cols[None, :],
+                     tl.dot(dz, w, input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
+            acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
+            acc_bias += tl.sum(dz, 0)
+            acc_v += tl.sum(g * _gelu(z), 0)
+        program = b * tl.num_programs(1) + s
+        tl.store(dw_ptr + (program * H + hidden[:, None]) * C + cols[None, :], acc_w)
+        tl.store(dbias_ptr + program * H + hidden, acc_bias)
+        tl.store(dv_ptr + program * H + hidden, acc_v)
+
     def _chunks(p: int) -> tuple[int, int]:
         """How many programs share a sample's particles in the summing kernels, and the particles each takes."""
         chunks = max(1, p // CHUNK_P)
@@ -228,3 +279,41 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return None, dy, dh, dw, dbias, None
 
     layer.register_autograd(_layer_backward, setup_context=_keep_layer)
+
+
+    @torch.library.triton_op("caraml::fno_head", mutates_args=())
+    def head(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out_weight: torch.Tensor,
+             out_bias: torch.Tensor, ieee: bool) -> torch.Tensor:
+        """A one-channel projection head, GELU(h W^T + bias) v + out_bias [B, P] (dse_backend=triton-fused): the
+        hidden [B, P, H] activation lives in registers only, both passes."""
+        b, p, c = h.shape
+        out = torch.empty(b, p, device=h.device, dtype=torch.float32)
+        torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, HEAD_BLOCK_P))](
+            h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=HEAD_BLOCK_P, IEEE=ieee)
+        return out
+
+    @torch.library.triton_op("caraml::fno_head_backward", mutates_args=())
+    def head_backward(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out_weight: torch.Tensor,
+                      grad: torch.Tensor, ieee: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The head's gradients but out_bias's: dh, dW, dbias, d out_weight."""
+        b, p, c = h.shape
+        hidden = weight.shape[0]
+        chunks, chunk = _chunks(p)
+        dh = torch.empty_like(h)
+        dw = torch.empty(b * chunks, hidden, c, device=h.device, dtype=torch.float32)
+        dbias = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
+        dv = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
+        torch.library.wrap_triton(_head_grad_kernel)[(b, chunks)](
+            h, weight, bias, out_weight, grad, dh, dw, dbias, dv, p, chunk, C=c, H=hidden, BLOCK=HEAD_BLOCK_P,
+            IEEE=ieee)
+        return dh, dw.sum(0), dbias.sum(0), dv.sum(0)
+
+    def _keep_head(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:4])
+        ctx.ieee, ctx.out_bias_shape = inputs[5], inputs[4].shape
+
+    def _head_backward(ctx, grad):
+        dh, dw, dbias, dv = head_backward(*ctx.saved_tensors, grad.contiguous(), ctx.ieee)
+        return dh, dw, dbias, dv, grad.sum().reshape(ctx.out_bias_shape), None
+
+    head.register_autograd(_head_backward, setup_context=_keep_head)

@@ -63,7 +63,8 @@ PROBLEMS: dict[str, Problem] = {
 }
 NAMES = tuple(PROBLEMS)
 # PIC1D's DSE products: matmul (V built once per step, then batched products), triton (kernels that make V's tiles
-# in registers), triton-fused (those, and each layer's inverse, skip product, bias and GELU in one kernel)
+# in registers), triton-fused (those, each layer's inverse, skip product, bias and GELU in one kernel, and the
+# one-channel projection head in one more)
 DSE_BACKENDS = ("matmul", "triton", "triton-fused")
 # PIC2D's operator: CARAML's (kX of kX x kY used, as its Kaiser-Bessel path) or ours before (2D, kX x kY kept)
 PIC2D_OPERATORS = {"caraml": "kbnufft", "grid2d": "nufft"}
