@@ -111,25 +111,35 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return z + tl.load(bias_ptr + cols)[None, :], v, h
 
     @triton.jit
-    def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
-                      BLOCK: tl.constexpr, IEEE: tl.constexpr):
+    def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, spec_ptr, P, CHUNK, M: tl.constexpr,
+                      C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        """out = GELU(z) per tile, and this chunk's part of the next layer's spectrum V out (V's tile made once)."""
         b = tl.program_id(0)
-        j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        inside = j < P
-        z, _, _ = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
+        s = tl.program_id(1)
+        rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
-        tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], _gelu(z), mask=inside[:, None])
+        acc = tl.zeros((2 * M, C), dtype=tl.float32)
+        end = tl.minimum(s * CHUNK + CHUNK, P)
+        for start in range(s * CHUNK, end, BLOCK):
+            j = start + tl.arange(0, BLOCK)
+            inside = j < end
+            z, v, _ = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
+            out = tl.where(inside[:, None], _gelu(z), 0.0)
+            tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
+            acc = tl.dot(v, out, acc, input_precision="ieee" if IEEE else "tf32")
+        tl.store(spec_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
-    def _layer_grad_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, g_ptr, dh_ptr, dy_ptr, dw_ptr, dbias_ptr, P, CHUNK,
-                           M: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
-        """z made again from h (never stored), dz = g GELU'(z); dh's skip part dz W per tile; this chunk's partial
-        sums of dy = V dz, dW = dz^T h and dbias."""
+    def _layer_grad_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, g_ptr, gs_ptr, dh_ptr, dy_ptr, dw_ptr, dbias_ptr, P,
+                           CHUNK, M: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+        """The output's gradient g plus V^T gs (the next spectrum's); z made again from h (never stored),
+        dz = g GELU'(z); dh's skip part dz W per tile; this chunk's partial sums of dy = V dz, dW = dz^T h, dbias."""
         b = tl.program_id(0)
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
         w = tl.load(w_ptr + cols[:, None] * C + cols[None, :])  # [C out, C in]
+        gs = tl.load(gs_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
         acc_y = tl.zeros((2 * M, C), dtype=tl.float32)
         acc_w = tl.zeros((C, C), dtype=tl.float32)
         acc_bias = tl.zeros((C,), dtype=tl.float32)
@@ -139,7 +149,9 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             inside = j < end
             z, v, h = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
             at = (b * P + j)[:, None] * C + cols[None, :]
-            dz = tl.load(g_ptr + at, mask=inside[:, None], other=0.0) * _gelu_grad(z)  # 0 outside
+            g = tl.load(g_ptr + at, mask=inside[:, None], other=0.0)
+            g = tl.dot(tl.trans(v), gs, g, input_precision="ieee" if IEEE else "tf32")
+            dz = tl.where(inside[:, None], g * _gelu_grad(z), 0.0)
             tl.store(dh_ptr + at, tl.dot(dz, w, input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
             acc_y = tl.dot(v, dz, acc_y, input_precision="ieee" if IEEE else "tf32")
             acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
@@ -245,20 +257,24 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @torch.library.triton_op("caraml::dse_layer", mutates_args=())
     def layer(x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-              ieee: bool) -> torch.Tensor:
-        """A whole Fourier layer after the spectrum: GELU(V^T y + h W^T + bias) [B, P, C] (dse_backend=triton-fused:
-        one [B, P, C] write where the inverse, the skip product and their sum write three)."""
+              ieee: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """A whole Fourier layer after the spectrum: out = GELU(V^T y + h W^T + bias) [B, P, C], and V @ out
+        [B, 2m, C], the next layer's spectrum (dse_backend=triton-fused: out written once, read by no product)."""
         b, p, c = h.shape
+        rows = y.shape[1]
+        chunks, chunk = _chunks(p)
         out = torch.empty_like(h)
-        torch.library.wrap_triton(_layer_kernel)[(b, triton.cdiv(p, BLOCK_P))](
-            x, y, h, weight, bias, out, p, M=y.shape[1] // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
-        return out
+        spec = torch.empty(b, chunks, rows, c, device=h.device, dtype=torch.float32)
+        torch.library.wrap_triton(_layer_kernel)[(b, chunks)](
+            x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+        return out, spec.sum(1)
 
     @torch.library.triton_op("caraml::dse_layer_backward", mutates_args=())
     def layer_backward(x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                       grad: torch.Tensor, ieee: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The layer's gradients (dy, dh through the skip product, dW, dbias); dh through the spectrum is the
-        spectrum's own backward."""
+                       grad: torch.Tensor, grad_spec: torch.Tensor,
+                       ieee: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The layer's gradients (dy, dh through the skip product, dW, dbias) from its output's and its spectrum's;
+        dh through the layer's own spectrum is the layer before's (or the spectrum op's) backward."""
         b, p, c = h.shape
         rows = y.shape[1]
         chunks, chunk = _chunks(p)
@@ -267,19 +283,22 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dw = torch.empty(b * chunks, c, c, device=h.device, dtype=torch.float32)
         dbias = torch.empty(b * chunks, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_layer_grad_kernel)[(b, chunks)](
-            x, y, h, weight, bias, grad, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+            x, y, h, weight, bias, grad, grad_spec, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P,
+            IEEE=ieee)
         return dy.sum(1), dh, dw.sum(0), dbias.sum(0)
 
     def _keep_layer(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:5])
         ctx.ieee = inputs[5]
 
-    def _layer_backward(ctx, grad):
-        dy, dh, dw, dbias = layer_backward(*ctx.saved_tensors, grad.contiguous(), ctx.ieee)
+    def _layer_backward(ctx, grad, grad_spec):
+        y, h = ctx.saved_tensors[1:3]
+        grad = torch.zeros_like(h) if grad is None else grad.contiguous()
+        grad_spec = torch.zeros_like(y) if grad_spec is None else grad_spec.contiguous()  # the last layer's
+        dy, dh, dw, dbias = layer_backward(*ctx.saved_tensors, grad, grad_spec, ctx.ieee)
         return None, dy, dh, dw, dbias, None
 
     layer.register_autograd(_layer_backward, setup_context=_keep_layer)
-
 
     @torch.library.triton_op("caraml::fno_head", mutates_args=())
     def head(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out_weight: torch.Tensor,

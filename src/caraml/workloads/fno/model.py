@@ -243,14 +243,12 @@ class DSE(nn.Module):
         forward, _ = basis
         m = self.modes[0]
         if self._in_kernel(x):  # x [B, P, C]
-            spec = dse_kernels().spectrum(forward, x.contiguous(), m, _ieee())  # [B, 2m, C]
-            spec = spec.view(x.shape[0], 2, m, x.shape[2]).permute(0, 3, 2, 1)  # [B, C, m, (re, im)]
+            spec = spectrum_layout(dse_kernels().spectrum(forward, x.contiguous(), m, _ieee()))
         elif self.channels_last:  # x [B, P, C]
             b, p, c = x.shape
             chunks = forward.shape[0] // b
             spec = torch.bmm(forward.to(x.dtype), x.reshape(b * chunks, p // chunks, c))  # [B S, 2m, C]
-            spec = spec.view(b, chunks, 2 * m, c).sum(1)  # [B, 2m, C]
-            spec = spec.view(b, 2, m, c).permute(0, 3, 2, 1)  # [B, C, m, (re, im)]
+            spec = spectrum_layout(spec.view(b, chunks, 2 * m, c).sum(1))
         else:
             spec = torch.bmm(x, forward.to(x.dtype).transpose(1, 2))  # [B, C, 2m]
             spec = spec.reshape(*x.shape[:2], 2, m).transpose(-1, -2)  # [B, C, m, (re, im)]
@@ -276,10 +274,18 @@ class DSE(nn.Module):
 
 
     def inverse_skip_gelu(self, y, basis, h, skip):
-        """GELU(inverse(y) + skip(h)) in one kernel (backend triton-fused, channels-last): h [B, P, C]."""
+        """out = GELU(inverse(y) + skip(h)) in one kernel (backend triton-fused, channels-last): h [B, P, C]; and
+        out's spectrum, the next layer's (in forward's layout)."""
         positions, scale = basis
-        return dse_kernels().layer(positions, _scaled_rows(y, scale).contiguous(), h.contiguous(), skip.weight,
-                                   skip.bias, _ieee())
+        out, spec = dse_kernels().layer(positions, _scaled_rows(y, scale).contiguous(), h.contiguous(), skip.weight,
+                                        skip.bias, _ieee())
+        return out, spectrum_layout(spec)
+
+
+def spectrum_layout(rows):
+    """The DSE's rows [B, (re m | im m), C] as a spectrum [B, C, m, (re, im)]."""
+    b, r, c = rows.shape
+    return rows.view(b, 2, r // 2, c).permute(0, 3, 2, 1)
 
 
 def _scaled_rows(y, scale):
@@ -580,13 +586,11 @@ class FNO(nn.Module):
     def _forward_channels_last(self, x, basis):
         """The same layers on [B, P, C] activations: the pointwise layers as F.linear (no layout copies)."""
         h = F.linear(x.transpose(1, 2), self.lift.weight, self.lift.bias)  # [B, P, width]
-        for i, skip in enumerate(self.skips):
-            if self.transform.fuses_layers(h):  # dse_backend=triton-fused: one kernel after the spectrum
-                with no_autocast(h):
-                    spec = self.spectral[i](self.transform(h.float(), basis, False))
-                    h = self.transform.inverse_skip_gelu(spec, basis, h.float(), skip)
-                continue
-            h = F.gelu(self._spectral_conv(h, i, basis) + F.linear(h, skip.weight, skip.bias))
+        if self.transform.fuses_layers(h):
+            h = self._fused_layers(h, basis)
+        else:
+            for i, skip in enumerate(self.skips):
+                h = F.gelu(self._spectral_conv(h, i, basis) + F.linear(h, skip.weight, skip.bias))
         if self.out.weight.shape[0] == 1 and self.transform.fuses_layers(h):  # one kernel each way, H in registers
             return dse_kernels().head(h, self.project.weight, self.project.bias, self.out.weight[0], self.out.bias,
                                       _ieee())[:, None]
@@ -596,6 +600,14 @@ class FNO(nn.Module):
             # GELU, so that the 4 x width hidden activation is read once and its GELU never written
             return ((h * self.out.weight[0]).sum(-1, keepdim=True) + self.out.bias).transpose(1, 2)
         return F.linear(h, self.out.weight, self.out.bias).transpose(1, 2)  # [B, out, P]
+
+    def _fused_layers(self, h, basis):
+        """dse_backend=triton-fused: each layer one kernel after its spectrum, which the layer before made."""
+        with no_autocast(h):
+            spec = self.transform(h, basis, False)
+            for i, skip in enumerate(self.skips):
+                h, spec = self.transform.inverse_skip_gelu(self.spectral[i](spec), basis, h, skip)
+        return h
 
 
 def build_model(problem, width: int, modes: tuple[int, ...], layers: int, complex_weights: bool = False,
