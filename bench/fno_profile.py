@@ -1,6 +1,7 @@
 """Where an FNO training step spends its device time: caraml's FNOBench.step, built in this process for one preset and
-its parameters, timed by CUDA events and then profiled; the kernels by category and the busiest ones. Each
-`--variant` (a name and parameters) runs in its own process, so compiled code and memory do not carry over.
+its parameters, timed step by step and then profiled; the kernels by category and the busiest ones. Each
+`--variant` (a name and parameters) runs in its own process, so compiled code and memory do not carry over; a
+parameter named dse_triton.CONSTANT sets that module constant of the DSE kernels (BLOCK_P, FUSED_WARPS, ...).
 
     PYTHONPATH=src python3 bench/fno_profile.py --out $OUT [--preset PIC1D]
         [--variant NAME=KEY=VALUE,... ...]   (default: PIC1D compiled with each dse_backend)
@@ -55,6 +56,12 @@ def run_variant(preset: str, params: dict, steps: int, warmup: int, profiled: in
     from caraml.runner import RunSpec, build_bench
 
     cpu = not torch.cuda.is_available()
+    tiles = {k: params.pop(k) for k in list(params) if k.startswith("dse_triton.")}  # the kernels' module constants
+    if tiles:
+        from caraml.workloads.fno import dse_triton
+
+        for key, value in tiles.items():
+            setattr(dse_triton, key.split(".", 1)[1], int(value))  # read at each launch
     bench = build_bench(RunSpec("fno", {"epochs": 0, "data": "synthetic", **params},
                                 preset=f"smoke-{preset}" if cpu else preset), device="cpu" if cpu else "cuda")
     sync = bench._sync
@@ -76,7 +83,7 @@ def run_variant(preset: str, params: dict, steps: int, warmup: int, profiled: in
         sync()
     step_ms = statistics.median(times)
     kernels = kernel_table(prof.key_averages(), profiled, cpu, categorize=category)
-    return {"params": params, "warmup_s": warmup_s, "step_ms_median": step_ms, "step_ms_min": min(times),
+    return {"params": {**params, **tiles}, "warmup_s": warmup_s, "step_ms_median": step_ms, "step_ms_min": min(times),
             "step_ms_max": max(times), "steps": steps, "samples_per_s": bench.data.batch / step_ms * 1e3,
             "peak_memory_gib": None if cpu else torch.cuda.max_memory_allocated() / 2**30,
             "breakdown": breakdown(kernels, step_ms, cpu, top=10), "torch": torch.__version__,

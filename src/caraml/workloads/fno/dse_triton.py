@@ -27,6 +27,7 @@ except ImportError:  # no Triton: the backend is refused (unavailable)
 
 BLOCK_P = 128  # particles per tile
 HEAD_BLOCK_P = 64  # the head's particles per tile: its [particles, 4 x width] tiles are 4 times as wide
+FUSED_WARPS = 4  # warps per program of triton-fused's kernels (layer, head, their gradients)
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
 
 
@@ -266,7 +267,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         out = torch.empty_like(h)
         spec = torch.empty(b, chunks, rows, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_layer_kernel)[(b, chunks)](
-            x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+            x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee,
+            num_warps=FUSED_WARPS)
         return out, spec.sum(1)
 
     @torch.library.triton_op("caraml::dse_layer_backward", mutates_args=())
@@ -284,7 +286,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dbias = torch.empty(b * chunks, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_layer_grad_kernel)[(b, chunks)](
             x, y, h, weight, bias, grad, grad_spec, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P,
-            IEEE=ieee)
+            IEEE=ieee, num_warps=FUSED_WARPS)
         return dy.sum(1), dh, dw.sum(0), dbias.sum(0)
 
     def _keep_layer(ctx, inputs, output):
@@ -308,7 +310,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         b, p, c = h.shape
         out = torch.empty(b, p, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, HEAD_BLOCK_P))](
-            h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=HEAD_BLOCK_P, IEEE=ieee)
+            h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=HEAD_BLOCK_P, IEEE=ieee,
+            num_warps=FUSED_WARPS)
         return out
 
     @torch.library.triton_op("caraml::fno_head_backward", mutates_args=())
@@ -324,7 +327,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dv = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_head_grad_kernel)[(b, chunks)](
             h, weight, bias, out_weight, grad, dh, dw, dbias, dv, p, chunk, C=c, H=hidden, BLOCK=HEAD_BLOCK_P,
-            IEEE=ieee)
+            IEEE=ieee, num_warps=FUSED_WARPS)
         return dh, dw.sum(0), dbias.sum(0), dv.sum(0)
 
     def _keep_head(ctx, inputs, output):
