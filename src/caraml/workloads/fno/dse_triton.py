@@ -13,6 +13,16 @@ chunks, one program each, and sums the partial spectra afterwards (deterministic
 chunks). Products in TF32 unless torch's float32 matmul precision is "highest" (then IEEE fp32),
 as cuBLAS does for the matmul backend. Registered as torch.library ops (torch >= 2.6), so torch.compile keeps
 them in its graph. Triton's interpreter (TRITON_INTERPRET=1) runs them on the CPU: the tests' way.
+
+dse_backend=triton-fused adds two ops that make whole layers, so that no [B, P, C] tensor is written but each
+layer's output and the gradients of its input:
+
+    layer(x, y, h, W, b) = (out, V @ out),  out = GELU(V^T y + h W^T + b)   (a Fourier layer after its spectrum,
+                                                                            and the next layer's spectrum)
+    head(h, Wp, bp, v, c)[b, j] = GELU(h Wp^T + bp)[b, j, :] . v + c     (PIC1D's one-channel projection)
+
+Their backward kernels make the pre-activations again from h (never stored) and sum the weights' gradients per
+chunk of particles, as the spectrum does.
 """
 
 from __future__ import annotations
