@@ -202,14 +202,15 @@ class DSE(nn.Module):
         return self.backend != "matmul" and t.device.type != "meta"
 
     def fuses_layers(self, t) -> bool:
-        """Whether a layer's inverse, skip product, bias and GELU run as one kernel (inverse_skip_gelu)."""
+        """Whether each layer after its spectrum (inverse_skip_gelu) and the one-channel head run as kernels."""
         return self.backend == "triton-fused" and self._in_kernel(t)
 
     def describe(self) -> str:
         layout = ("[B, P, C] activations, one Vandermonde matrix for both ways" if self.channels_last else
                   "[B, C, P] activations, a forward and an inverse matrix (dse_layout=channels-first)")
-        return (f"direct spectral evaluation (Vandermonde matmul) on the particle positions, {self.modes[0]} modes, "
-                + layout)
+        products = {"matmul": "Vandermonde matmul", "triton": "Vandermonde tiles made in Triton kernels",
+                    "triton-fused": "Vandermonde tiles made in Triton kernels, whole layers fused"}[self.backend]
+        return f"direct spectral evaluation ({products}) on the particle positions, {self.modes[0]} modes, " + layout
 
     def prepare(self, x):
         """[B, 2m, P] rows cos(k x_j) and -sin(k x_j): X = f @ V^T gives (Re, Im) of sum_j f_j exp(-i k x_j).
@@ -271,7 +272,6 @@ class DSE(nn.Module):
         _, inverse = basis
         ys = y.transpose(-1, -2).reshape(*y.shape[:2], -1)  # [B, C, (re m | im m)]
         return torch.bmm(ys, inverse.to(ys.dtype))
-
 
     def inverse_skip_gelu(self, y, basis, h, skip):
         """out = GELU(inverse(y) + skip(h)) in one kernel (backend triton-fused, channels-last): h [B, P, C]; and
