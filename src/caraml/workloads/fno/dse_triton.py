@@ -107,19 +107,23 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return 0.5 * (1 + tl.erf(z * 0.7071067811865476)) + z * 0.3989422804014327 * tl.exp(-0.5 * z * z)
 
     @triton.jit
-    def _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M: tl.constexpr, C: tl.constexpr,
-                        IEEE: tl.constexpr):
-        """A layer's z = V^T y + h W^T + bias for particles j of sample b ([particles, C]); V's tile and h too."""
+    def _layer_operands(y_ptr, w_ptr, bias_ptr, b, M: tl.constexpr, C: tl.constexpr):
+        """What a layer's program reads once: y [2M, C] of sample b, W^T [C in, C out], the bias [1, C]."""
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
-        x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
-        v = _basis(x, rows, M)  # [2M, particles]
         y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
+        return y, tl.load(w_ptr + cols[None, :] * C + cols[:, None]), tl.load(bias_ptr + cols)[None, :]
+
+    @triton.jit
+    def _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M: tl.constexpr, C: tl.constexpr,
+                        IEEE: tl.constexpr):
+        """A layer's z = V^T y + h W^T + bias for particles j of sample b ([particles, C]); V's tile and h too."""
+        cols = tl.arange(0, C)
+        x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
+        v = _basis(x, tl.arange(0, 2 * M), M)  # [2M, particles]
         h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-        w_t = tl.load(w_ptr + cols[None, :] * C + cols[:, None])  # W^T [C in, C out]
         z = tl.dot(tl.trans(v), y, input_precision="ieee" if IEEE else "tf32")
-        z = tl.dot(h, w_t, z, input_precision="ieee" if IEEE else "tf32")
-        return z + tl.load(bias_ptr + cols)[None, :], v, h
+        return tl.dot(h, w_t, z, input_precision="ieee" if IEEE else "tf32") + bias, v, h
 
     @triton.jit
     def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, spec_ptr, P, CHUNK, M: tl.constexpr,
@@ -129,12 +133,13 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
+        y, w_t, bias = _layer_operands(y_ptr, w_ptr, bias_ptr, b, M, C)
         acc = tl.zeros((2 * M, C), dtype=tl.float32)
         end = tl.minimum(s * CHUNK + CHUNK, P)
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, v, _ = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
+            z, v, _ = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE)
             out = tl.where(inside[:, None], _gelu(z), 0.0)
             tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
             acc = tl.dot(v, out, acc, input_precision="ieee" if IEEE else "tf32")
@@ -149,7 +154,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
-        w = tl.load(w_ptr + cols[:, None] * C + cols[None, :])  # [C out, C in]
+        y, w_t, bias = _layer_operands(y_ptr, w_ptr, bias_ptr, b, M, C)
         gs = tl.load(gs_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
         acc_y = tl.zeros((2 * M, C), dtype=tl.float32)
         acc_w = tl.zeros((C, C), dtype=tl.float32)
@@ -158,12 +163,13 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, v, h = _pre_activation(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, b, j, inside, P, M, C, IEEE)
+            z, v, h = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE)
             at = (b * P + j)[:, None] * C + cols[None, :]
             g = tl.load(g_ptr + at, mask=inside[:, None], other=0.0)
             g = tl.dot(tl.trans(v), gs, g, input_precision="ieee" if IEEE else "tf32")
             dz = tl.where(inside[:, None], g * _gelu_grad(z), 0.0)
-            tl.store(dh_ptr + at, tl.dot(dz, w, input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
+            tl.store(dh_ptr + at, tl.dot(dz, tl.trans(w_t), input_precision="ieee" if IEEE else "tf32"),
+                     mask=inside[:, None])
             acc_y = tl.dot(v, dz, acc_y, input_precision="ieee" if IEEE else "tf32")
             acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
             acc_bias += tl.sum(dz, 0)
@@ -173,14 +179,18 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         tl.store(dbias_ptr + program * C + cols, acc_bias)
 
     @triton.jit
-    def _head_pre(h_ptr, w_ptr, bias_ptr, b, j, inside, P, C: tl.constexpr, H: tl.constexpr, IEEE: tl.constexpr):
-        """The projection's z = h W^T + bias [particles, H] for particles j of sample b, and h."""
+    def _head_operands(w_ptr, bias_ptr, v_ptr, C: tl.constexpr, H: tl.constexpr):
+        """What a head's program reads once: W^T [C, H], the bias [1, H], the output weights v [1, H]."""
         cols = tl.arange(0, C)
         hidden = tl.arange(0, H)
-        h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-        w_t = tl.load(w_ptr + hidden[None, :] * C + cols[:, None])  # W^T [C, H]
-        z = tl.dot(h, w_t, input_precision="ieee" if IEEE else "tf32")
-        return z + tl.load(bias_ptr + hidden)[None, :], h
+        w_t = tl.load(w_ptr + hidden[None, :] * C + cols[:, None])
+        return w_t, tl.load(bias_ptr + hidden)[None, :], tl.load(v_ptr + hidden)[None, :]
+
+    @triton.jit
+    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr):
+        """The projection's z = h W^T + bias [particles, H] for particles j of sample b, and h."""
+        h = tl.load(h_ptr + (b * P + j)[:, None] * C + tl.arange(0, C)[None, :], mask=inside[:, None], other=0.0)
+        return tl.dot(h, w_t, input_precision="ieee" if IEEE else "tf32") + bias, h
 
     @triton.jit
     def _head_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, out_bias_ptr, out_ptr, P, C: tl.constexpr, H: tl.constexpr,
@@ -188,9 +198,9 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
-        z, _ = _head_pre(h_ptr, w_ptr, bias_ptr, b, j, inside, P, C, H, IEEE)
-        v = tl.load(v_ptr + tl.arange(0, H))
-        tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v[None, :], 1) + tl.load(out_bias_ptr), mask=inside)
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H)
+        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
+        tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v, 1) + tl.load(out_bias_ptr), mask=inside)
 
     @triton.jit
     def _head_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dh_ptr, dw_ptr, dbias_ptr, dv_ptr, P, CHUNK,
@@ -200,8 +210,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         s = tl.program_id(1)
         cols = tl.arange(0, C)
         hidden = tl.arange(0, H)
-        w = tl.load(w_ptr + hidden[:, None] * C + cols[None, :])  # [H, C]
-        v = tl.load(v_ptr + hidden)
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H)
         acc_w = tl.zeros((H, C), dtype=tl.float32)
         acc_bias = tl.zeros((H,), dtype=tl.float32)
         acc_v = tl.zeros((H,), dtype=tl.float32)
@@ -209,11 +218,11 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, h = _head_pre(h_ptr, w_ptr, bias_ptr, b, j, inside, P, C, H, IEEE)
+            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
             g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]  # 0 outside
-            dz = g * v[None, :] * _gelu_grad(z)
+            dz = g * v * _gelu_grad(z)
             tl.store(dh_ptr + (b * P + j)[:, None] * C + cols[None, :],
-                     tl.dot(dz, w, input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
+                     tl.dot(dz, tl.trans(w_t), input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
             acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
             acc_bias += tl.sum(dz, 0)
             acc_v += tl.sum(g * _gelu(z), 0)
