@@ -37,10 +37,6 @@ DEFAULT_VARIANTS = ("matmul=compile=inductor", "triton=compile=inductor,dse_back
                     "fused=compile=inductor,dse_backend=triton-fused")
 
 
-def category(name: str) -> str:
-    return next((c for c, pattern in CATEGORIES if pattern.search(name)), "other")
-
-
 def parse_variant(text: str) -> tuple[str, dict]:
     """'name=key=value,key=value' -> (name, {key: value})."""
     name, _, rest = text.partition("=")
@@ -82,7 +78,7 @@ def run_variant(preset: str, params: dict, steps: int, warmup: int, profiled: in
             bench.step()
         sync()
     step_ms = statistics.median(times)
-    kernels = kernel_table(prof.key_averages(), profiled, cpu, categorize=category)
+    kernels = kernel_table(prof.key_averages(), profiled, cpu, categories=CATEGORIES)
     return {"params": {**params, **tiles}, "warmup_s": warmup_s, "step_ms_median": step_ms, "step_ms_min": min(times),
             "step_ms_max": max(times), "steps": steps, "samples_per_s": bench.data.batch / step_ms * 1e3,
             "peak_memory_gib": None if cpu else torch.cuda.max_memory_allocated() / 2**30,
@@ -92,7 +88,8 @@ def run_variant(preset: str, params: dict, steps: int, warmup: int, profiled: in
 
 def report(name: str, row: dict) -> list[str]:
     if "breakdown" not in row:
-        return [f"{name}: {row.get('status')} {str(row.get('error', ''))[-800:]}"]
+        last = (row.get("error") or "").strip().splitlines()[-1:]  # the error itself; the json keeps its traceback
+        return [f"{name}: {row.get('status')} {' '.join(last)}"]
     b = row["breakdown"]
     lines = [f"{name} {row['params']}: {row['samples_per_s']:.1f} samples/s, step {row['step_ms_median']:.2f} ms "
              f"({row['step_ms_min']:.2f}-{row['step_ms_max']:.2f}, {row['steps']} steps), kernels busy "

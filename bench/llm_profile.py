@@ -41,10 +41,6 @@ CATEGORIES = (  # first match wins
 )
 
 
-def category(name: str) -> str:
-    return next((c for c, pattern in CATEGORIES if pattern.search(name)), "other")
-
-
 # the two loops --------------------------------------------------------------------------------------------------
 def caraml_step(micro: int, params: dict, cpu: bool):
     from caraml.runner import RunSpec, build_bench
@@ -101,7 +97,7 @@ def profiled_kernels(step, sync, name: str, out: Path, cpu: bool, profiled: int 
         for _ in range(profiled):
             step()
         sync()
-    kernels = kernel_table(prof.key_averages(), profiled, cpu, categorize=category)
+    kernels = kernel_table(prof.key_averages(), profiled, cpu, categories=CATEGORIES)
     try:
         prof.export_chrome_trace(str(out / f"trace-{name}.json"))
     except Exception as exc:  # noqa: BLE001 - the trace is a convenience; the table above is the result

@@ -159,8 +159,9 @@ def layout_check(spec: dict, where: FNORun) -> dict:
         if spec.get("compiled"):  # channels-last compiled (the fused one-channel head too) against eager, high
             checks["high, compiled"] = compare(_model_results(pb, size, "torchkbnufft", True, x, y,
                                                                dse_layout="channels-last"), ref)
-        for backend in spec.get("dse_backends", ()) if device.type == "cuda" else ():  # kernels: eager under
-            for precision, compiled in (("highest", False), ("high", False), ("high", True)):  # both, compiled high
+        # the DSE kernels (CUDA only): eager under highest and high, compiled under high
+        for backend in spec.get("dse_backends", ()) if device.type == "cuda" else ():
+            for precision, compiled in (("highest", False), ("high", False), ("high", True)):
                 torch.set_float32_matmul_precision(precision)
                 checks[f"{precision}, {backend}" + (", compiled" if compiled else "")] = compare(_model_results(
                     pb, size, "torchkbnufft", compiled, x, y, dse_layout="channels-last", dse_backend=backend),

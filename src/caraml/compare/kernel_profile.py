@@ -22,9 +22,10 @@ CATEGORIES = (  # first match wins; Triton first: its kernel names carry the fus
 )
 
 
-def category(name: str) -> str:
-    """The kernel category of a device kernel's (or, on CPU, an aten op's) name."""
-    return next((c for c, pattern in CATEGORIES if pattern.search(name)), "other")
+def category(name: str, categories=CATEGORIES) -> str:
+    """The kernel category of a device kernel's (or, on CPU, an aten op's) name: the first of `categories`, (name,
+    pattern) pairs, whose pattern it matches, else "other"."""
+    return next((c for c, pattern in categories if pattern.search(name)), "other")
 
 
 # knobs --------------------------------------------------------------------------------------------------------
@@ -55,8 +56,9 @@ def apply_knobs(knobs: dict) -> dict:
     return applied
 
 
-def kernel_table(averages, steps: int, cpu: bool, categorize=None) -> dict:
-    """{kernel name: {ms_per_step, calls_per_step, category}} from torch.profiler's key_averages()."""
+def kernel_table(averages, steps: int, cpu: bool, categories=CATEGORIES) -> dict:
+    """{kernel name: {ms_per_step, calls_per_step, category}} from torch.profiler's key_averages(); categories as
+    category() takes them."""
     kernels = {}
     for evt in averages:
         if cpu:
@@ -71,7 +73,7 @@ def kernel_table(averages, steps: int, cpu: bool, categorize=None) -> dict:
                 us = evt.self_cuda_time_total
         if us > 0:
             kernels[evt.key] = {"ms_per_step": us / 1e3 / steps, "calls_per_step": evt.count / steps,
-                                "category": (categorize or category)(evt.key)}
+                                "category": category(evt.key, categories)}
     return kernels
 
 

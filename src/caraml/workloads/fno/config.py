@@ -140,8 +140,7 @@ class FNOConfig:
                                "once per step (matmul) or as Triton kernels that make V's tiles from the positions "
                                "in registers (triton: CUDA GPUs, channels-last, float32 spectra), also with each "
                                "layer's inverse, skip product, bias and GELU in one kernel and the head in another "
-                               "(triton-fused: and "
-                               "precision=fp32); the same results to float rounding (docs/fno.md)",
+                               "(triton-fused: and precision=fp32); the same results to float rounding (docs/fno.md)",
                                choices=DSE_BACKENDS, identifies_at_default=False)
     caraml_version: str = setting("none", "which of CARAML's FNO configurations (fno_benchmark.yaml) the point "
                                   "follows, named in the record and its Version column: 2025.02 (batch 20/8, fp32 and "
