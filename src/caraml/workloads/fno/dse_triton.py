@@ -27,11 +27,14 @@ chunk of particles, as the spectrum does.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import libdevice
 except ImportError:  # no Triton: the backend is refused (unavailable)
     triton = None
 
@@ -39,6 +42,9 @@ BLOCK_P = 128  # particles per tile
 HEAD_BLOCK_P = 64  # the head's particles per tile: its [particles, 4 x width] tiles are 4 times as wide
 FUSED_WARPS = 4  # warps per program of triton-fused's kernels (layer, head, their gradients)
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
+# Under TF32 products V's cosines come from the GPU's approximate unit (cos.approx, absolute error below 2^-20 on
+# [-pi, pi]): the products round V to TF32 (2^-11) anyway. IEEE products keep the accurate cosine.
+APPROX_COS = 1
 
 
 def unavailable(modes: int, width: int) -> str | None:
@@ -55,7 +61,7 @@ def unavailable(modes: int, width: int) -> str | None:
 
 if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailable() says why
     @triton.jit
-    def _basis(x, rows, M: tl.constexpr):
+    def _basis(x, rows, M: tl.constexpr, APPROX: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) = cos(k x + pi/2) for the rows M + k, so
         one cosine per element. The phase k x is the matmul backend's fp32 product, reduced to [-pi, pi] (where the
         cosine needs no slow path); the quarter turn is added after the reduction, so it rounds at pi's scale, not
@@ -65,11 +71,13 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)  # 2 pi whole turns off
         phase = phase + tl.where(rows < M, 0.0, 1.5707963267948966)[:, None]
         phase = tl.where(phase > 3.141592653589793, phase - 6.283185307179586, phase)
+        if APPROX:
+            return libdevice.fast_cosf(phase)
         return tl.cos(phase)
 
     @triton.jit
     def _spectrum_kernel(x_ptr, h_ptr, out_ptr, P, CHUNK, M: tl.constexpr, C: tl.constexpr,
-                         BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                         BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
         b = tl.program_id(0)
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
@@ -81,19 +89,19 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             inside = j < end
             x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
             h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-            acc = tl.dot(_basis(x, rows, M), h, acc, input_precision="ieee" if IEEE else "tf32")  # h 0 outside
+            acc = tl.dot(_basis(x, rows, M, APPROX), h, acc, input_precision="ieee" if IEEE else "tf32")  # h 0 outside
         tl.store(out_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
     def _synthesis_kernel(x_ptr, y_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
-                          BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                          BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
-        vt = tl.trans(_basis(x, rows, M))  # [particles, 2M]
+        vt = tl.trans(_basis(x, rows, M, APPROX))  # [particles, 2M]
         y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
         out = tl.dot(vt, y, input_precision="ieee" if IEEE else "tf32")
         tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
@@ -116,18 +124,18 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @triton.jit
     def _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M: tl.constexpr, C: tl.constexpr,
-                        IEEE: tl.constexpr):
+                        IEEE: tl.constexpr, APPROX: tl.constexpr):
         """A layer's z = V^T y + h W^T + bias for particles j of sample b ([particles, C]); V's tile and h too."""
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
-        v = _basis(x, tl.arange(0, 2 * M), M)  # [2M, particles]
+        v = _basis(x, tl.arange(0, 2 * M), M, APPROX)  # [2M, particles]
         h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
         z = tl.dot(tl.trans(v), y, input_precision="ieee" if IEEE else "tf32")
         return tl.dot(h, w_t, z, input_precision="ieee" if IEEE else "tf32") + bias, v, h
 
     @triton.jit
     def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, spec_ptr, P, CHUNK, M: tl.constexpr,
-                      C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                      C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
         """out = GELU(z) per tile, and this chunk's part of the next layer's spectrum V out (V's tile made once)."""
         b = tl.program_id(0)
         s = tl.program_id(1)
@@ -139,7 +147,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, v, _ = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE)
+            z, v, _ = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, APPROX)
             out = tl.where(inside[:, None], _gelu(z), 0.0)
             tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
             acc = tl.dot(v, out, acc, input_precision="ieee" if IEEE else "tf32")
@@ -147,7 +155,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @triton.jit
     def _layer_grad_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, g_ptr, gs_ptr, dh_ptr, dy_ptr, dw_ptr, dbias_ptr, P,
-                           CHUNK, M: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                           CHUNK, M: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr,
+                           APPROX: tl.constexpr):
         """The output's gradient g plus V^T gs (the next spectrum's); z made again from h (never stored),
         dz = g GELU'(z); dh's skip part dz W per tile; this chunk's partial sums of dy = V dz, dW = dz^T h, dbias."""
         b = tl.program_id(0)
@@ -163,7 +172,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, v, h = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE)
+            z, v, h = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, APPROX)
             at = (b * P + j)[:, None] * C + cols[None, :]
             g = tl.load(g_ptr + at, mask=inside[:, None], other=0.0)
             g = tl.dot(tl.trans(v), gs, g, input_precision="ieee" if IEEE else "tf32")
@@ -231,6 +240,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         tl.store(dbias_ptr + program * H + hidden, acc_bias)
         tl.store(dv_ptr + program * H + hidden, acc_v)
 
+    def _approx_cos(ieee: bool) -> bool:
+        """The approximate cosine under TF32 products, on a GPU (Triton's interpreter has no libdevice)."""
+        return bool(APPROX_COS) and not ieee and os.environ.get("TRITON_INTERPRET") != "1"
+
     def _chunks(p: int) -> tuple[int, int]:
         """How many programs share a sample's particles in the summing kernels, and the particles each takes."""
         chunks = max(1, p // CHUNK_P)
@@ -243,7 +256,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         chunks, chunk = _chunks(p)
         partial = torch.empty(b, chunks, 2 * modes, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_spectrum_kernel)[(b, chunks)](
-            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee, APPROX=_approx_cos(ieee))
         return partial.sum(1)
 
     @torch.library.triton_op("caraml::dse_synthesis", mutates_args=())
@@ -253,7 +266,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         rows, c = y.shape[1:]
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
         torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, BLOCK_P))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee)
+            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee, APPROX=_approx_cos(ieee))
         return out
 
     def _keep_spectrum(ctx, inputs, output):
@@ -273,8 +286,6 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     spectrum.register_autograd(_spectrum_backward, setup_context=_keep_spectrum)
     synthesis.register_autograd(_synthesis_backward, setup_context=_keep_synthesis)
 
-
-
     @torch.library.triton_op("caraml::dse_layer", mutates_args=())
     def layer(x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
               ieee: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -287,7 +298,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         spec = torch.empty(b, chunks, rows, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_layer_kernel)[(b, chunks)](
             x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee,
-            num_warps=FUSED_WARPS)
+            APPROX=_approx_cos(ieee), num_warps=FUSED_WARPS)
         return out, spec.sum(1)
 
     @torch.library.triton_op("caraml::dse_layer_backward", mutates_args=())
@@ -305,7 +316,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dbias = torch.empty(b * chunks, c, device=h.device, dtype=torch.float32)
         torch.library.wrap_triton(_layer_grad_kernel)[(b, chunks)](
             x, y, h, weight, bias, grad, grad_spec, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P,
-            IEEE=ieee, num_warps=FUSED_WARPS)
+            IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=FUSED_WARPS)
         return dy.sum(1), dh, dw.sum(0), dbias.sum(0)
 
     def _keep_layer(ctx, inputs, output):
