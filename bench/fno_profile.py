@@ -24,7 +24,7 @@ from pathlib import Path
 from caraml.compare.kernel_profile import breakdown, kernel_table
 
 CATEGORIES = (  # first match wins
-    ("dse kernels (triton op)", re.compile(r"_spectrum_kernel|_synthesis_kernel|_layer_kernel|_layer_grad", re.I)),
+    ("dse kernels (triton op)", re.compile(r"_(spectrum|synthesis|layer|layer_grad|head|head_grad)_kernel", re.I)),
     ("matmul (cuBLAS)", re.compile(r"gemm|nvjet|cublas|cutlass|splitk|xmma|sm90", re.I)),
     ("triton template", re.compile(r"^triton_tem", re.I)),
     ("triton reduction", re.compile(r"^triton_(red|per)", re.I)),
