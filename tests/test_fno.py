@@ -675,6 +675,23 @@ def test_pic1d_triton_kernels_are_the_same_layers():
     assert "width a power of two >= 16" in width and "it is 24" in width
 
 
+def test_the_approximate_cosine_only_under_tf32_on_a_gpu(monkeypatch):
+    """V's cosines come from the GPU's approximate unit only where the products round V to TF32 anyway: never under
+    IEEE products, never in Triton's interpreter (it has no libdevice), never with APPROX_COS = 0."""
+    pytest.importorskip("triton")
+    from caraml.workloads.fno import dse_triton
+
+    if not hasattr(dse_triton, "_approx_cos"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.triton_op (the kernels need torch >= 2.6)")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert dse_triton._approx_cos(ieee=False) and not dse_triton._approx_cos(ieee=True)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not dse_triton._approx_cos(ieee=False)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(dse_triton, "APPROX_COS", 0)
+    assert not dse_triton._approx_cos(ieee=False)
+
+
 def test_dse_backend_is_refused_where_its_kernels_cannot_run():
     from caraml.errors import BadInput
     from caraml.params import id_view, resolve

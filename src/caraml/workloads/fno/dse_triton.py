@@ -34,7 +34,6 @@ import torch
 try:
     import triton
     import triton.language as tl
-    from triton.language.extra.cuda import libdevice
 except ImportError:  # no Triton: the backend is refused (unavailable)
     triton = None
 
@@ -60,12 +59,14 @@ def unavailable(modes: int, width: int) -> str | None:
 
 
 if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailable() says why
+    from triton.language.extra.cuda import libdevice  # Triton >= 3 (what torch >= 2.6 brings)
+
     @triton.jit
     def _basis(x, rows, M: tl.constexpr, APPROX: tl.constexpr):
         """V's tile [rows, particles]: cos(k x) for rows k < M, -sin(k x) = cos(k x + pi/2) for the rows M + k, so
         one cosine per element. The phase k x is the matmul backend's fp32 product, reduced to [-pi, pi] (where the
         cosine needs no slow path); the quarter turn is added after the reduction, so it rounds at pi's scale, not
-        at k x's."""
+        at k x's. APPROX: the GPU's approximate cosine (_approx_cos says when)."""
         k = (rows % M).to(tl.float32)
         phase = k[:, None] * x[None, :]
         phase = phase - 6.283185307179586 * tl.floor(phase * 0.15915494309189535 + 0.5)  # 2 pi whole turns off
