@@ -685,8 +685,9 @@ def test_the_approximate_cosine_only_under_tf32_on_a_gpu(monkeypatch):
         pytest.skip(f"torch {torch.__version__} has no torch.library.triton_op (the kernels need torch >= 2.6)")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert dse_triton._approx_cos(ieee=False) and not dse_triton._approx_cos(ieee=True)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert not dse_triton._approx_cos(ieee=False)
+    for interpret in ("1", "true"):
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        assert not dse_triton._approx_cos(ieee=False), interpret
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(dse_triton, "APPROX_COS", 0)
     assert not dse_triton._approx_cos(ieee=False)

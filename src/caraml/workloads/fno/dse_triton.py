@@ -243,7 +243,12 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     def _approx_cos(ieee: bool) -> bool:
         """The approximate cosine under TF32 products, on a GPU (Triton's interpreter has no libdevice)."""
-        return bool(APPROX_COS) and not ieee and os.environ.get("TRITON_INTERPRET") != "1"
+        return bool(APPROX_COS) and not ieee and not _interpreting()
+
+    def _interpreting() -> bool:
+        """Whether Triton runs kernels in its interpreter, by its own setting (older Triton: TRITON_INTERPRET=1)."""
+        knobs = getattr(triton, "knobs", None)
+        return bool(knobs.runtime.interpret) if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
 
     def _chunks(p: int) -> tuple[int, int]:
         """How many programs share a sample's particles in the summing kernels, and the particles each takes."""
