@@ -34,11 +34,12 @@ started apt $!
 # CPU): its metadata asks for Python >= 3.12, but it ships a cp311 wheel and the parts used import and run on 3.11.
 .venv/bin/pip install -q --no-deps --ignore-requires-python megatron-core==0.19.2
 
-# The site containers' Python and PyTorch (NGC 24.02: Python 3.10, torch 2.3): the in-process tests once more under
-# the oldest supported Python (3.9) with torch 2.3, and the job command (tests/test_torch_features.py) under Python
-# 3.10 with torch 2.3. PyPI's torch 2.3.1 brings its CUDA libraries (~2.5 GB, about 80 s to install on this
-# machine's kind); no CPU-only torch 2.3 is on PyPI, and the wheel does not import without them. Installed while the
-# fast selection runs, one venv after the other (the second takes the CUDA wheels from pip's cache).
+# The site containers' Pythons and PyTorch (NGC 24.02: Python 3.10, torch 2.3; CARAML's ROCm image: Python 3.9): the
+# in-process tests and the job command (tests/test_torch_features.py) once more under the oldest supported Python
+# (3.9) with torch 2.3, in one venv. PyPI's torch 2.3.1 brings its CUDA libraries (~2.5 GB to download, ~5 GB in the
+# venv, about 80 s on this machine's kind); no CPU-only torch 2.3 is on PyPI, and the wheel does not import without
+# them. Installed while the fast selection runs; a failed download is tried once more (pip's own retries cover a
+# dropped connection, not a failed one), and the free disk is logged, as a full disk is the other way it fails.
 OLD_TORCH=(torch==2.3.1 torchvision==0.18.1 "numpy<2")
 pyenv_python() {  # VERSION: pyenv's interpreter of that version, else pythonVERSION on the PATH
   local found
@@ -48,12 +49,11 @@ pyenv_python() {  # VERSION: pyenv's interpreter of that version, else pythonVER
 }
 {
   [ -x .venv-py39/bin/python ] || "$(pyenv_python 3.9)" -m venv .venv-py39
-  [ -x .venv-py310/bin/python ] || "$(pyenv_python 3.10)" -m venv .venv-py310
   # The packages named, not `-e .`: an optional workload dependency that needs a newer Python must not stop this run.
-  .venv-py39/bin/pip install -q "${OLD_TORCH[@]}" pyyaml rich nvidia-ml-py matplotlib tokenizers h5py tomli \
-    pytest pytest-xdist
-  .venv-py310/bin/pip install -q "${OLD_TORCH[@]}" pyyaml rich nvidia-ml-py tomli  # what a job imports
-} >"$logs/old-pythons.log" 2>&1 &
+  old_install=(.venv-py39/bin/pip install -q --no-cache-dir "${OLD_TORCH[@]}" pyyaml rich nvidia-ml-py matplotlib
+               tokenizers h5py tomli pytest pytest-xdist)
+  "${old_install[@]}" || { df -h . >&2; echo "test.sh: once more" >&2; "${old_install[@]}"; }
+} >"$logs/old_pythons.log" 2>&1 &
 started old_pythons $!
 
 # The linter first: seconds, and a finding fails the run before the tests start (rules: pyproject.toml).
@@ -65,9 +65,9 @@ finished apt  # before any test: whether SLURM, JUBE, chromium are there decides
 .venv/bin/python -m pytest -q -n 2 -m "not slow" "$@"
 .venv/bin/python -m pytest -q -m slow "$@"
 
-# Under the old Pythons, the processes starting tests (launchers, SLURM, torchrun ranks: most of the suite's time,
-# the same code run from other processes) are left out; the job command's test starts its processes with 3.10.
+# Under the old Python, the processes starting tests (launchers, SLURM, torchrun ranks: most of the suite's time,
+# the same code run from other processes) are left out; the job command's test starts its processes with 3.9.
 finished old_pythons
 .venv-py39/bin/python -m pytest -q -n 2 -m "not slow and not subprocess and not multiprocess" "$@"
-CARAML_OLD_PYTHON=.venv-py310/bin/python .venv-py39/bin/python -m pytest -q -m "not slow" \
+CARAML_OLD_PYTHON=.venv-py39/bin/python .venv-py39/bin/python -m pytest -q -m "not slow" \
   tests/test_torch_features.py "$@"
