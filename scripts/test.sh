@@ -59,11 +59,11 @@ started old_pythons $!
 # The linter first: seconds, and a finding fails the run before the tests start (rules: pyproject.toml).
 .venv/bin/ruff check --output-format concise .
 finished apt  # before any test: whether SLURM, JUBE, chromium are there decides what runs
-# Everything: the fast selection on both cores, then the slow SLURM/JUBE/browser tests in one process
-# (they share one SLURM cluster). Plain `pytest` runs the fast selection alone; the inner loop while editing:
+# Everything: the fast selection on both cores, then the slow SLURM/JUBE/browser tests, those on the SLURM cluster in
+# one worker (they share it; its jobs leave a core idle a third of the time), JUBE on the CPU and the browser in the other. Plain `pytest` runs the fast selection alone; the inner loop while editing:
 # pytest -m "not subprocess and not multiprocess" (markers: tests/conftest.py, pyproject.toml).
 .venv/bin/python -m pytest -q -n 2 -m "not slow" "$@"
-.venv/bin/python -m pytest -q -m slow "$@"
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup -m slow "$@"
 
 # Under the old Python, the processes starting tests (launchers, SLURM, torchrun ranks: most of the suite's time,
 # the same code run from other processes) are left out; the job command's test starts its processes with 3.9.

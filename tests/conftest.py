@@ -3,7 +3,7 @@ markers by what a test needs and what it costs, and a guard that keeps the cost 
 
 Markers (registered in pyproject.toml):
   needs  slurm, jube, browser, gpu - skipped here when the thing is missing; slurm/jube/browser also make a
-         test `slow` (scripts/test.sh runs those in one process, after the rest)
+         test `slow` (scripts/test.sh runs those after the rest, the cluster's in one worker)
   costs  subprocess - starts a process (`caraml`, python, a shell, a monitor); multiprocess - torchrun/ranks
 A test that starts a process without `subprocess` (or torchrun without `multiprocess`) fails at teardown,
 so `pytest -m "not subprocess and not multiprocess"` stays an in-process inner loop.
@@ -300,6 +300,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slurm_cluster" in item.fixturenames:
             item.add_marker(pytest.mark.slurm)
+        if item.get_closest_marker("slurm"):  # one pytest-xdist worker holds the session's cluster (--dist loadgroup)
+            item.add_marker(pytest.mark.xdist_group("slurm"))
         needs = {name for name in ("slurm", "jube", "browser", "gpu") if item.get_closest_marker(name)}
         if needs & {"slurm", "jube", "browser"}:
             item.add_marker(pytest.mark.slow)  # the shared cluster, JUBE, a browser: scripts/test.sh's second pass
