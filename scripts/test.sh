@@ -27,19 +27,12 @@ command -v chromium >/dev/null || need+=(chromium)
 } >"$logs/apt.log" 2>&1 &
 started apt $!
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-# The test extra brings torchao (pinned there): precision=fp8's conversion and float8 products run on the CPU too.
-.venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[test,hdf5]'
-# megatron-core for the tests of llm_training's engine=megatron-core (its weight map, both backends' losses on the
-# CPU): its metadata asks for Python >= 3.12, but it ships a cp311 wheel and the parts used import and run on 3.11.
-.venv/bin/pip install -q --no-deps --ignore-requires-python megatron-core==0.19.2
-
 # The site containers' Pythons and PyTorch (NGC 24.02: Python 3.10, torch 2.3; CARAML's ROCm image: Python 3.9): the
 # in-process tests and the job command (tests/test_torch_features.py) once more under the oldest supported Python
 # (3.9) with torch 2.3, in one venv. PyPI's torch 2.3.1 brings its CUDA libraries (~2.5 GB to download, ~5 GB in the
 # venv, about 80 s on this machine's kind); no CPU-only torch 2.3 is on PyPI, and the wheel does not import without
-# them. Installed while the fast selection runs; a failed download is tried once more (pip's own retries cover a
-# dropped connection, not a failed one), and the free disk is logged, as a full disk is the other way it fails.
+# them. Installed beside the main venv's install and the fast selection; a failed download is tried once more (pip's
+# own retries cover a dropped connection, not a failed one), and the free disk is logged: a full disk also fails it.
 OLD_TORCH=(torch==2.3.1 torchvision==0.18.1 "numpy<2")
 pyenv_python() {  # VERSION: pyenv's interpreter of that version, else pythonVERSION on the PATH
   local found
@@ -56,11 +49,19 @@ pyenv_python() {  # VERSION: pyenv's interpreter of that version, else pythonVER
 } >"$logs/old_pythons.log" 2>&1 &
 started old_pythons $!
 
+[ -x .venv/bin/python ] || python3 -m venv .venv
+# The test extra brings torchao (pinned there): precision=fp8's conversion and float8 products run on the CPU too.
+.venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e '.[test,hdf5]'
+# megatron-core for the tests of llm_training's engine=megatron-core (its weight map, both backends' losses on the
+# CPU): its metadata asks for Python >= 3.12, but it ships a cp311 wheel and the parts used import and run on 3.11.
+.venv/bin/pip install -q --no-deps --ignore-requires-python megatron-core==0.19.2
+
 # The linter first: seconds, and a finding fails the run before the tests start (rules: pyproject.toml).
 .venv/bin/ruff check --output-format concise .
 finished apt  # before any test: whether SLURM, JUBE, chromium are there decides what runs
 # Everything: the fast selection on both cores, then the slow SLURM/JUBE/browser tests, those on the SLURM cluster in
-# one worker (they share it; its jobs leave a core idle a third of the time), JUBE on the CPU and the browser in the other. Plain `pytest` runs the fast selection alone; the inner loop while editing:
+# one worker (they share it; its jobs leave a core idle a third of the time), JUBE on the CPU and the browser in the
+# other. Plain `pytest` runs the fast selection alone; the inner loop while editing:
 # pytest -m "not subprocess and not multiprocess" (markers: tests/conftest.py, pyproject.toml).
 .venv/bin/python -m pytest -q -n 2 -m "not slow" "$@"
 .venv/bin/python -m pytest -q -n 2 --dist loadgroup -m slow "$@"
