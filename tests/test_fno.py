@@ -693,6 +693,25 @@ def test_the_approximate_cosine_only_under_tf32_on_a_gpu(monkeypatch):
     assert not dse_triton._approx_cos(ieee=False)
 
 
+@pytest.mark.subprocess  # Triton's compiler runs ptxas
+def test_pic1d_kernels_compile_for_hopper_without_a_gpu():
+    """Triton's own compiler (not its interpreter) takes each DSE kernel at PIC1D's sizes for sm_90, launched as its
+    op launches it, under TF32 products: PTX and a cubin for the GPU, V's cosines from the approximate unit, and
+    shared memory within what one program may take on Hopper (227 KB)."""
+    pytest.importorskip("triton")
+    from caraml.workloads.fno import dse_triton
+
+    if not hasattr(dse_triton, "ahead_of_time"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.triton_op (the kernels need torch >= 2.6)")
+    assert set(dse_triton.launches()) == {name for name in vars(dse_triton) if name.endswith("_kernel")}
+    for kernel in dse_triton.launches():
+        compiled = dse_triton.ahead_of_time(kernel, modes=16, width=32, hidden=128, ieee=False)
+        ptx = compiled.asm["ptx"]
+        assert f".entry {kernel}(" in ptx and ".target sm_90a" in ptx and compiled.asm["cubin"], kernel
+        assert ("cos.approx" in ptx) == ("head" not in kernel), kernel  # the head makes no V
+        assert 0 < compiled.metadata.shared <= 232_448, (kernel, compiled.metadata.shared)
+
+
 def test_dse_backend_is_refused_where_its_kernels_cannot_run():
     from caraml.errors import BadInput
     from caraml.params import id_view, resolve

@@ -46,6 +46,14 @@ CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_
 APPROX_COS = 1
 
 
+def launches() -> dict[str, tuple[int, int]]:
+    """Each kernel's particles per tile (BLOCK) and warps per program, as its op launches it. Read at each launch,
+    so that the constants a profile variant sets hold; ahead_of_time compiles the same."""
+    return {"_spectrum_kernel": (BLOCK_P, 4), "_synthesis_kernel": (BLOCK_P, 4),
+            "_layer_kernel": (BLOCK_P, FUSED_WARPS), "_layer_grad_kernel": (BLOCK_P, FUSED_WARPS),
+            "_head_kernel": (HEAD_BLOCK_P, FUSED_WARPS), "_head_grad_kernel": (HEAD_BLOCK_P, FUSED_WARPS)}
+
+
 def unavailable(modes: int, width: int) -> str | None:
     """Why dse_backend=triton cannot run here at these sizes (one line), or None."""
     if triton is None:
@@ -255,14 +263,35 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         chunks = max(1, p // CHUNK_P)
         return chunks, -(-p // chunks)
 
+    def ahead_of_time(kernel: str, modes: int, width: int, hidden: int, ieee: bool, arch: int = 90):
+        """One kernel compiled by Triton for a CUDA GPU of compute capability `arch` that need not be here (PTX and
+        ptxas only, no driver), launched as its op launches it at these sizes: Triton's CompiledKernel, whose
+        asm["ptx"] ptxas -v reads for registers and spills (bench/dse_kernels_ptxas.py)."""
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        fn = globals()[kernel]
+        block, warps = launches()[kernel]
+        constants = {"M": modes, "C": width, "H": hidden, "BLOCK": block, "IEEE": ieee,
+                     "APPROX": bool(APPROX_COS) and not ieee}  # _approx_cos on a GPU
+        signature, constexprs = {}, {}
+        for i, param in enumerate(fn.params):
+            if param.is_constexpr:
+                signature[param.name], constexprs[(i,)] = "constexpr", constants[param.name]
+            else:
+                signature[param.name] = "*fp32" if param.name.endswith("_ptr") else "i32"
+        return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+
     @torch.library.triton_op("caraml::dse_spectrum", mutates_args=())
     def spectrum(x: torch.Tensor, h: torch.Tensor, modes: int, ieee: bool) -> torch.Tensor:
         """x [B, P] positions, h [B, P, C] float32 -> V @ h [B, 2 modes, C], summed from chunks of >= CHUNK_P."""
         b, p, c = h.shape
         chunks, chunk = _chunks(p)
         partial = torch.empty(b, chunks, 2 * modes, c, device=h.device, dtype=torch.float32)
+        block, warps = launches()["_spectrum_kernel"]
         torch.library.wrap_triton(_spectrum_kernel)[(b, chunks)](
-            x, h, partial, p, chunk, M=modes, C=c, BLOCK=BLOCK_P, IEEE=ieee, APPROX=_approx_cos(ieee))
+            x, h, partial, p, chunk, M=modes, C=c, BLOCK=block, IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
         return partial.sum(1)
 
     @torch.library.triton_op("caraml::dse_synthesis", mutates_args=())
@@ -271,8 +300,9 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         b, p = x.shape
         rows, c = y.shape[1:]
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
-        torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, BLOCK_P))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee, APPROX=_approx_cos(ieee))
+        block, warps = launches()["_synthesis_kernel"]
+        torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, block))](
+            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
         return out
 
     def _keep_spectrum(ctx, inputs, output):
@@ -302,9 +332,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         chunks, chunk = _chunks(p)
         out = torch.empty_like(h)
         spec = torch.empty(b, chunks, rows, c, device=h.device, dtype=torch.float32)
+        block, warps = launches()["_layer_kernel"]
         torch.library.wrap_triton(_layer_kernel)[(b, chunks)](
-            x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P, IEEE=ieee,
-            APPROX=_approx_cos(ieee), num_warps=FUSED_WARPS)
+            x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=block, IEEE=ieee,
+            APPROX=_approx_cos(ieee), num_warps=warps)
         return out, spec.sum(1)
 
     @torch.library.triton_op("caraml::dse_layer_backward", mutates_args=())
@@ -320,9 +351,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dy = torch.empty(b, chunks, rows, c, device=h.device, dtype=torch.float32)
         dw = torch.empty(b * chunks, c, c, device=h.device, dtype=torch.float32)
         dbias = torch.empty(b * chunks, c, device=h.device, dtype=torch.float32)
+        block, warps = launches()["_layer_grad_kernel"]
         torch.library.wrap_triton(_layer_grad_kernel)[(b, chunks)](
-            x, y, h, weight, bias, grad, grad_spec, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=BLOCK_P,
-            IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=FUSED_WARPS)
+            x, y, h, weight, bias, grad, grad_spec, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=block,
+            IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
         return dy.sum(1), dh, dw.sum(0), dbias.sum(0)
 
     def _keep_layer(ctx, inputs, output):
@@ -345,9 +377,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         hidden [B, P, H] activation lives in registers only, both passes."""
         b, p, c = h.shape
         out = torch.empty(b, p, device=h.device, dtype=torch.float32)
-        torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, HEAD_BLOCK_P))](
-            h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=HEAD_BLOCK_P, IEEE=ieee,
-            num_warps=FUSED_WARPS)
+        block, warps = launches()["_head_kernel"]
+        torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, block))](
+            h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=block, IEEE=ieee,
+            num_warps=warps)
         return out
 
     @torch.library.triton_op("caraml::fno_head_backward", mutates_args=())
@@ -361,9 +394,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dw = torch.empty(b * chunks, hidden, c, device=h.device, dtype=torch.float32)
         dbias = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
         dv = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
+        block, warps = launches()["_head_grad_kernel"]
         torch.library.wrap_triton(_head_grad_kernel)[(b, chunks)](
-            h, weight, bias, out_weight, grad, dh, dw, dbias, dv, p, chunk, C=c, H=hidden, BLOCK=HEAD_BLOCK_P,
-            IEEE=ieee, num_warps=FUSED_WARPS)
+            h, weight, bias, out_weight, grad, dh, dw, dbias, dv, p, chunk, C=c, H=hidden, BLOCK=block,
+            IEEE=ieee, num_warps=warps)
         return dh, dw.sum(0), dbias.sum(0), dv.sum(0)
 
     def _keep_head(ctx, inputs, output):
