@@ -119,9 +119,11 @@ OLD_PYTHON = os.environ.get("CARAML_OLD_PYTHON")
 @pytest.mark.skipif(not OLD_PYTHON, reason="CARAML_OLD_PYTHON (an interpreter with an older torch) is not set; "
                                           "scripts/test.sh sets it")
 def test_the_job_command_runs_under_an_older_python_and_torch(tmp_path):
-    """What a job script runs inside an NGC 24.02 image: image classification and FNO run, PP is refused."""
+    """What a job script runs inside a site's older image (NGC 24.02: torch 2.3; CARAML's ROCm image: Python 3.9):
+    image classification and FNO run, PP is refused."""
     old_version = subprocess.run([OLD_PYTHON, "-c", "import platform; print(platform.python_version())"],
                                  capture_output=True, text=True, check=True).stdout.strip()
+
     def run(*args):
         return subprocess.run([OLD_PYTHON, "-m", "caraml", "run", *args, "--results", str(tmp_path), "--json",
                                "--quiet"], capture_output=True, text=True, env=cli_env(), timeout=600)
