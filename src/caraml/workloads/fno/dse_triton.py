@@ -37,7 +37,8 @@ try:
 except ImportError:  # no Triton: the backend is refused (unavailable)
     triton = None
 
-BLOCK_P = 128  # particles per tile
+BLOCK_P = 128  # particles per tile of the spectrum and synthesis kernels
+FUSED_BLOCK_P = 128  # particles per tile of triton-fused's layer kernels (at 64 ptxas spills 40 B, not 892)
 HEAD_BLOCK_P = 64  # the head's particles per tile: its [particles, 4 x width] tiles are 4 times as wide
 FUSED_WARPS = 4  # warps per program of triton-fused's kernels (layer, head, their gradients)
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
@@ -50,7 +51,7 @@ def launches() -> dict[str, tuple[int, int]]:
     """Each kernel's particles per tile (BLOCK) and warps per program, as its op launches it. Read at each launch,
     so that the constants a profile variant sets hold; ahead_of_time compiles the same."""
     return {"_spectrum_kernel": (BLOCK_P, 4), "_synthesis_kernel": (BLOCK_P, 4),
-            "_layer_kernel": (BLOCK_P, FUSED_WARPS), "_layer_grad_kernel": (BLOCK_P, FUSED_WARPS),
+            "_layer_kernel": (FUSED_BLOCK_P, FUSED_WARPS), "_layer_grad_kernel": (FUSED_BLOCK_P, FUSED_WARPS),
             "_head_kernel": (HEAD_BLOCK_P, FUSED_WARPS), "_head_grad_kernel": (HEAD_BLOCK_P, FUSED_WARPS)}
 
 
