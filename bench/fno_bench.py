@@ -306,8 +306,9 @@ def check_lines(r: dict) -> list[str]:
     for cname, c in (r.get("layout_checks") or {}).items():  # PIC1D's layouts
         diffs = ", ".join(f"{k} {v:.1e}" for k, v in c["rel_diff"].items())
         tf32 = "on" if r["tf32"] and cname.startswith("high") else "off"
+        worst = f" ({c['worst_weight']})" if c.get("worst_weight") else ""
         lines.append(f"    channels-last vs channels-first, matmul precision {cname:<14} "
-                     f"{'pass' if c['pass'] else 'FAIL'} (< {r['tolerance']:g}; TF32 {tf32}): {diffs}")
+                     f"{'pass' if c['pass'] else 'FAIL'} (< {r['tolerance']:g}; TF32 {tf32}): {diffs}{worst}")
     for lname, c in (r.get("tf32_error") or {}).items():
         diffs = ", ".join(f"{k} {v:.1e}" for k, v in c["rel_diff"].items())
         lines.append(f"    TF32's own error: {lname}, precision high against channels-first highest: {diffs}")

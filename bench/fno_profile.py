@@ -1,6 +1,7 @@
 """Where an FNO training step spends its device time: caraml's FNOBench.step, built in this process for one preset and
 its parameters, timed step by step and then profiled; the kernels by category and the busiest ones. Each
-`--variant` (a name and parameters) runs in its own process, so compiled code and memory do not carry over; a
+`--variant` (a name and parameters) runs in its own process with its own inductor cache, so compiled code and
+memory do not carry over (inductor's cache would hand a variant the code compiled under another's constants); a
 parameter named dse_triton.CONSTANT sets that module constant of the DSE kernels (BLOCK_P, FUSED_WARPS, ...).
 
     PYTHONPATH=src python3 bench/fno_profile.py --out $OUT [--preset PIC1D]
@@ -18,6 +19,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,7 +128,9 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--out", str(out), "--preset", args.preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--profiled", str(args.profiled), "--point", text]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            with tempfile.TemporaryDirectory() as cache:  # inductor's own: its graph cache keys on the graph, not
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}  # on the kernels' module constants
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             part = out / f"fno_profile-{name}.json"
             rows[name] = (json.loads(part.read_text()) if proc.returncode == 0 and part.exists() else
                           {"status": f"failed (rc {proc.returncode})", "error": proc.stderr})

@@ -45,6 +45,9 @@ CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_
 # Under TF32 products V's cosines come from the GPU's approximate unit (cos.approx, absolute error below 2^-20 on
 # [-pi, pi]): the products round V to TF32 (2^-11) anyway. IEEE products keep the accurate cosine.
 APPROX_COS = 1
+# Under TF32 products each operand is rounded to TF32 (to nearest), as cuBLAS rounds: Triton hands the tensor cores
+# float32 bits, which they truncate, a bias that sums coherently over 100,000 particles (triton-lang/triton#4574).
+ROUND_TF32 = 1
 
 
 def launches() -> dict[str, tuple[int, int]]:
@@ -86,8 +89,20 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return tl.cos(phase)
 
     @triton.jit
+    def _dot(a, b, acc, IEEE: tl.constexpr, ROUND: tl.constexpr):
+        """a b + acc on the tensor cores: IEEE float32, else TF32 (ROUND: each operand rounded to nearest first)."""
+        if IEEE:
+            return tl.dot(a, b, acc, input_precision="ieee")
+        if ROUND:
+            a = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,f", [a], dtype=tl.int32, is_pure=True,
+                                          pack=1).to(tl.float32, bitcast=True)
+            b = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,f", [b], dtype=tl.int32, is_pure=True,
+                                          pack=1).to(tl.float32, bitcast=True)
+        return tl.dot(a, b, acc, input_precision="tf32")
+
+    @triton.jit
     def _spectrum_kernel(x_ptr, h_ptr, out_ptr, P, CHUNK, M: tl.constexpr, C: tl.constexpr,
-                         BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
+                         BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr, APPROX: tl.constexpr):
         b = tl.program_id(0)
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
@@ -99,12 +114,12 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             inside = j < end
             x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
             h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-            acc = tl.dot(_basis(x, rows, M, APPROX), h, acc, input_precision="ieee" if IEEE else "tf32")  # h 0 outside
+            acc = _dot(_basis(x, rows, M, APPROX), h, acc, IEEE, ROUND)  # h 0 outside
         tl.store(out_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
     def _synthesis_kernel(x_ptr, y_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
-                          BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
+                          BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr, APPROX: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
@@ -113,7 +128,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
         vt = tl.trans(_basis(x, rows, M, APPROX))  # [particles, 2M]
         y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
-        out = tl.dot(vt, y, input_precision="ieee" if IEEE else "tf32")
+        out = _dot(vt, y, None, IEEE, ROUND)
         tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
 
     @triton.jit
@@ -134,18 +149,18 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @triton.jit
     def _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M: tl.constexpr, C: tl.constexpr,
-                        IEEE: tl.constexpr, APPROX: tl.constexpr):
+                        IEEE: tl.constexpr, ROUND: tl.constexpr, APPROX: tl.constexpr):
         """A layer's z = V^T y + h W^T + bias for particles j of sample b ([particles, C]); V's tile and h too."""
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
         v = _basis(x, tl.arange(0, 2 * M), M, APPROX)  # [2M, particles]
         h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-        z = tl.dot(tl.trans(v), y, input_precision="ieee" if IEEE else "tf32")
-        return tl.dot(h, w_t, z, input_precision="ieee" if IEEE else "tf32") + bias, v, h
+        return _dot(h, w_t, _dot(tl.trans(v), y, None, IEEE, ROUND), IEEE, ROUND) + bias, v, h
 
     @triton.jit
     def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, spec_ptr, P, CHUNK, M: tl.constexpr,
-                      C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
+                      C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr,
+                      APPROX: tl.constexpr):
         """out = GELU(z) per tile, and this chunk's part of the next layer's spectrum V out (V's tile made once)."""
         b = tl.program_id(0)
         s = tl.program_id(1)
@@ -157,16 +172,16 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, v, _ = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, APPROX)
+            z, v, _ = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, ROUND, APPROX)
             out = tl.where(inside[:, None], _gelu(z), 0.0)
             tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
-            acc = tl.dot(v, out, acc, input_precision="ieee" if IEEE else "tf32")
+            acc = _dot(v, out, acc, IEEE, ROUND)
         tl.store(spec_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
     def _layer_grad_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, g_ptr, gs_ptr, dh_ptr, dy_ptr, dw_ptr, dbias_ptr, P,
                            CHUNK, M: tl.constexpr, C: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr,
-                           APPROX: tl.constexpr):
+                           ROUND: tl.constexpr, APPROX: tl.constexpr):
         """The output's gradient g plus V^T gs (the next spectrum's); z made again from h (never stored),
         dz = g GELU'(z); dh's skip part dz W per tile; this chunk's partial sums of dy = V dz, dW = dz^T h, dbias."""
         b = tl.program_id(0)
@@ -182,15 +197,14 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, v, h = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, APPROX)
+            z, v, h = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, ROUND, APPROX)
             at = (b * P + j)[:, None] * C + cols[None, :]
             g = tl.load(g_ptr + at, mask=inside[:, None], other=0.0)
-            g = tl.dot(tl.trans(v), gs, g, input_precision="ieee" if IEEE else "tf32")
+            g = _dot(tl.trans(v), gs, g, IEEE, ROUND)
             dz = tl.where(inside[:, None], g * _gelu_grad(z), 0.0)
-            tl.store(dh_ptr + at, tl.dot(dz, tl.trans(w_t), input_precision="ieee" if IEEE else "tf32"),
-                     mask=inside[:, None])
-            acc_y = tl.dot(v, dz, acc_y, input_precision="ieee" if IEEE else "tf32")
-            acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
+            tl.store(dh_ptr + at, _dot(dz, tl.trans(w_t), None, IEEE, ROUND), mask=inside[:, None])
+            acc_y = _dot(v, dz, acc_y, IEEE, ROUND)
+            acc_w = _dot(tl.trans(dz), h, acc_w, IEEE, ROUND)
             acc_bias += tl.sum(dz, 0)
         program = b * tl.num_programs(1) + s
         tl.store(dy_ptr + (program * 2 * M + rows[:, None]) * C + cols[None, :], acc_y)
@@ -206,24 +220,25 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return w_t, tl.load(bias_ptr + hidden)[None, :], tl.load(v_ptr + hidden)[None, :]
 
     @triton.jit
-    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr):
+    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
         """The projection's z = h W^T + bias [particles, H] for particles j of sample b, and h."""
         h = tl.load(h_ptr + (b * P + j)[:, None] * C + tl.arange(0, C)[None, :], mask=inside[:, None], other=0.0)
-        return tl.dot(h, w_t, input_precision="ieee" if IEEE else "tf32") + bias, h
+        return _dot(h, w_t, None, IEEE, ROUND) + bias, h
 
     @triton.jit
     def _head_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, out_bias_ptr, out_ptr, P, C: tl.constexpr, H: tl.constexpr,
-                     BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                     BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
         w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H)
-        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
+        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
         tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v, 1) + tl.load(out_bias_ptr), mask=inside)
 
     @triton.jit
     def _head_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dh_ptr, dw_ptr, dbias_ptr, dv_ptr, P, CHUNK,
-                          C: tl.constexpr, H: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                          C: tl.constexpr, H: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr,
+                          ROUND: tl.constexpr):
         """z made again from h; dz = g v GELU'(z); dh = dz W per tile; this chunk's partial dW, dbias, dv."""
         b = tl.program_id(0)
         s = tl.program_id(1)
@@ -237,12 +252,12 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
+            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
             g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]  # 0 outside
             dz = g * v * _gelu_grad(z)
             tl.store(dh_ptr + (b * P + j)[:, None] * C + cols[None, :],
-                     tl.dot(dz, tl.trans(w_t), input_precision="ieee" if IEEE else "tf32"), mask=inside[:, None])
-            acc_w = tl.dot(tl.trans(dz), h, acc_w, input_precision="ieee" if IEEE else "tf32")
+                     _dot(dz, tl.trans(w_t), None, IEEE, ROUND), mask=inside[:, None])
+            acc_w = _dot(tl.trans(dz), h, acc_w, IEEE, ROUND)
             acc_bias += tl.sum(dz, 0)
             acc_v += tl.sum(g * _gelu(z), 0)
         program = b * tl.num_programs(1) + s
@@ -253,6 +268,10 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     def _approx_cos(ieee: bool) -> bool:
         """The approximate cosine under TF32 products, on a GPU (Triton's interpreter has no libdevice)."""
         return bool(APPROX_COS) and not ieee and not _interpreting()
+
+    def _round_tf32(ieee: bool) -> bool:
+        """Operands rounded to TF32 before TF32 products, on a GPU (the interpreter's products are float32)."""
+        return bool(ROUND_TF32) and not ieee and not _interpreting()
 
     def _interpreting() -> bool:
         """Whether Triton runs kernels in its interpreter, by its own setting (older Triton: TRITON_INTERPRET=1)."""
@@ -273,8 +292,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
         fn = globals()[kernel]
         block, warps = launches()[kernel]
-        constants = {"M": modes, "C": width, "H": hidden, "BLOCK": block, "IEEE": ieee,
-                     "APPROX": bool(APPROX_COS) and not ieee}  # _approx_cos on a GPU
+        constants = {"M": modes, "C": width, "H": hidden, "BLOCK": block, "IEEE": ieee,  # as on a GPU:
+                     "APPROX": bool(APPROX_COS) and not ieee, "ROUND": bool(ROUND_TF32) and not ieee}
         signature, constexprs = {}, {}
         for i, param in enumerate(fn.params):
             if param.is_constexpr:
@@ -292,7 +311,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         partial = torch.empty(b, chunks, 2 * modes, c, device=h.device, dtype=torch.float32)
         block, warps = launches()["_spectrum_kernel"]
         torch.library.wrap_triton(_spectrum_kernel)[(b, chunks)](
-            x, h, partial, p, chunk, M=modes, C=c, BLOCK=block, IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
+            x, h, partial, p, chunk, M=modes, C=c, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
+            APPROX=_approx_cos(ieee), num_warps=warps)
         return partial.sum(1)
 
     @torch.library.triton_op("caraml::dse_synthesis", mutates_args=())
@@ -303,7 +323,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
         block, warps = launches()["_synthesis_kernel"]
         torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, block))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
+            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
+            APPROX=_approx_cos(ieee), num_warps=warps)
         return out
 
     def _keep_spectrum(ctx, inputs, output):
@@ -336,7 +357,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         block, warps = launches()["_layer_kernel"]
         torch.library.wrap_triton(_layer_kernel)[(b, chunks)](
             x, y, h, weight, bias, out, spec, p, chunk, M=rows // 2, C=c, BLOCK=block, IEEE=ieee,
-            APPROX=_approx_cos(ieee), num_warps=warps)
+            ROUND=_round_tf32(ieee), APPROX=_approx_cos(ieee), num_warps=warps)
         return out, spec.sum(1)
 
     @torch.library.triton_op("caraml::dse_layer_backward", mutates_args=())
@@ -355,7 +376,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         block, warps = launches()["_layer_grad_kernel"]
         torch.library.wrap_triton(_layer_grad_kernel)[(b, chunks)](
             x, y, h, weight, bias, grad, grad_spec, dh, dy, dw, dbias, p, chunk, M=rows // 2, C=c, BLOCK=block,
-            IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
+            IEEE=ieee, ROUND=_round_tf32(ieee), APPROX=_approx_cos(ieee), num_warps=warps)
         return dy.sum(1), dh, dw.sum(0), dbias.sum(0)
 
     def _keep_layer(ctx, inputs, output):
@@ -381,7 +402,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         block, warps = launches()["_head_kernel"]
         torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, block))](
             h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=block, IEEE=ieee,
-            num_warps=warps)
+            ROUND=_round_tf32(ieee), num_warps=warps)
         return out
 
     @torch.library.triton_op("caraml::fno_head_backward", mutates_args=())
@@ -398,7 +419,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         block, warps = launches()["_head_grad_kernel"]
         torch.library.wrap_triton(_head_grad_kernel)[(b, chunks)](
             h, weight, bias, out_weight, grad, dh, dw, dbias, dv, p, chunk, C=c, H=hidden, BLOCK=block,
-            IEEE=ieee, num_warps=warps)
+            IEEE=ieee, ROUND=_round_tf32(ieee), num_warps=warps)
         return dh, dw.sum(0), dbias.sum(0), dv.sum(0)
 
     def _keep_head(ctx, inputs, output):
