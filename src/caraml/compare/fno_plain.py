@@ -41,7 +41,8 @@ def _model(spec: dict, pb, size: dict, spatial: tuple, device):
         return neuralop_fno(pb, size).to(device)
     model = build_model(pb, size["width"], size["modes"], pb.layers, complex_weights=spec["complex"],
                         half_spectral=spec.get("half", False), particles=spatial[-1] if pb.particles else 0,
-                        nufft_backend=spec["nufft_backend"], dse_layout=spec["dse_layout"]).to(device)
+                        nufft_backend=spec["nufft_backend"], dse_layout=spec["dse_layout"],
+                        dse_backend=spec.get("dse_backend", "matmul")).to(device)
     for module in model.modules():  # the pointwise products as 1x1 convolutions (CARAML's Conv1d)
         if spec.get("conv1x1") and hasattr(module, "as_conv"):
             module.as_conv = True

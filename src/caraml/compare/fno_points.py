@@ -36,7 +36,8 @@ SMOKE_RUN = FNORun(device="cpu", smoke=True, profile_steps=2)
 
 
 def _p(problem, **kw) -> dict:
-    """A point: plain loop options (compile mode None = eager; PIC: the operator's dse_layout, nufft_backend)."""
+    """A point: plain loop options (compile mode None = eager; PIC: the operator's dse_layout, nufft_backend,
+    dse_backend)."""
     return {"problem": problem, "compile": None, "scope": "model", "complex": False, "amp": None, "lib": "caraml",
             "dse_layout": "channels-last", "nufft_backend": "torchkbnufft", **kw}
 
@@ -111,6 +112,7 @@ _LOOPS = {
     "PIC1D_caraml_triton_fused_eager": _c("PIC1D", "dse_backend=triton-fused"),
     "PIC1D_triton_fused_check": {"problem": "PIC1D", "layout_check": True, "dse_backends": ["triton-fused"]},
     "PIC1D_caraml_triton_fused_compiled_again": _c("PIC1D", "compile=inductor", "dse_backend=triton-fused"),
+    "PIC1D_plain_triton_fused_compiled": _p("PIC1D", compile="default", dse_backend="triton-fused"),
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),
@@ -153,7 +155,7 @@ GROUPS = {  # in order of importance: the time budget cuts from the end
     "pic1d-triton-fused": [
         "PIC1D_caraml_compiled", "PIC1D_caraml_triton_fused_compiled", "PIC1D_triton_fused_check",
         "PIC1D_caraml_triton_fused_compiled_again", "PIC1D_caraml_compiled_again",
-        "PIC1D_caraml_triton_fused_eager", "PIC1D_caraml_eager"]}
+        "PIC1D_caraml_triton_fused_eager", "PIC1D_caraml_eager", "PIC1D_plain_triton_fused_compiled"]}
 GROUP_ALIASES = {"issue19": "fno-operators", "issue19-recheck": "fno-recheck", "issue23-pic": "pic-throughput",
                  "issue23-pic1d": "pic1d-layouts"}  # the groups' old names
 # seconds, where --budget is not given (else 420)
