@@ -38,15 +38,16 @@ except ImportError:  # no Triton: the backend is refused (unavailable)
     triton = None
 
 BLOCK_P = 128  # particles per tile of the spectrum and synthesis kernels
-FUSED_BLOCK_P = 128  # particles per tile of triton-fused's layer kernels (at 64 ptxas spills 40 B, not 892)
+FUSED_BLOCK_P = 64  # particles per tile of triton-fused's layer kernels: at 128 their backward spills (ptxas)
 HEAD_BLOCK_P = 64  # the head's particles per tile: its [particles, 4 x width] tiles are 4 times as wide
 FUSED_WARPS = 4  # warps per program of triton-fused's kernels (layer, head, their gradients)
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
 # Under TF32 products V's cosines come from the GPU's approximate unit (cos.approx, absolute error below 2^-20 on
 # [-pi, pi]): the products round V to TF32 (2^-11) anyway. IEEE products keep the accurate cosine.
 APPROX_COS = 1
-# Under TF32 products each operand is rounded to TF32 (to nearest), as cuBLAS rounds: Triton hands the tensor cores
-# float32 bits, which they truncate, a bias that sums coherently over 100,000 particles (triton-lang/triton#4574).
+# Under TF32 products the operands of the sums over particles are rounded to TF32 (to nearest), as cuBLAS rounds:
+# Triton hands the tensor cores float32 bits, which they truncate (triton-lang/triton#4574), a bias toward zero that
+# adds up over 100,000 particles (the gradients 4.7e-3 off, six times the matmul backend's TF32 error, on an H200).
 ROUND_TF32 = 1
 
 
@@ -89,16 +90,16 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return tl.cos(phase)
 
     @triton.jit
-    def _dot(a, b, acc, IEEE: tl.constexpr, ROUND: tl.constexpr):
-        """a b + acc on the tensor cores: IEEE float32, else TF32 (ROUND: each operand rounded to nearest first)."""
-        if IEEE:
-            return tl.dot(a, b, acc, input_precision="ieee")
+    def _tf32(x, ROUND: tl.constexpr):
+        """x rounded to TF32 (to nearest) where ROUND, once per tile: an operand of a sum over particles."""
         if ROUND:
-            a = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,f", [a], dtype=tl.int32, is_pure=True,
-                                          pack=1).to(tl.float32, bitcast=True)
-            b = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,f", [b], dtype=tl.int32, is_pure=True,
-                                          pack=1).to(tl.float32, bitcast=True)
-        return tl.dot(a, b, acc, input_precision="tf32")
+            return tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], dtype=tl.int32, is_pure=True,
+                                             pack=1).to(tl.float32, bitcast=True)
+        return x
+
+    @triton.jit
+    def _dot(a, b, acc, IEEE: tl.constexpr):
+        return tl.dot(a, b, acc, input_precision="ieee" if IEEE else "tf32")
 
     @triton.jit
     def _spectrum_kernel(x_ptr, h_ptr, out_ptr, P, CHUNK, M: tl.constexpr, C: tl.constexpr,
@@ -114,12 +115,12 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             inside = j < end
             x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
             h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-            acc = _dot(_basis(x, rows, M, APPROX), h, acc, IEEE, ROUND)  # h 0 outside
+            acc = _dot(_tf32(_basis(x, rows, M, APPROX), ROUND), _tf32(h, ROUND), acc, IEEE)  # h 0 outside
         tl.store(out_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
     def _synthesis_kernel(x_ptr, y_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
-                          BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr, APPROX: tl.constexpr):
+                          BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
@@ -128,7 +129,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
         vt = tl.trans(_basis(x, rows, M, APPROX))  # [particles, 2M]
         y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
-        out = _dot(vt, y, None, IEEE, ROUND)
+        out = _dot(vt, y, None, IEEE)
         tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
 
     @triton.jit
@@ -153,9 +154,9 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         """A layer's z = V^T y + h W^T + bias for particles j of sample b ([particles, C]); V's tile and h too."""
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
-        v = _basis(x, tl.arange(0, 2 * M), M, APPROX)  # [2M, particles]
+        v = _tf32(_basis(x, tl.arange(0, 2 * M), M, APPROX), ROUND)  # [2M, particles]
         h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
-        return _dot(h, w_t, _dot(tl.trans(v), y, None, IEEE, ROUND), IEEE, ROUND) + bias, v, h
+        return _dot(h, w_t, _dot(tl.trans(v), y, None, IEEE), IEEE) + bias, v, h
 
     @triton.jit
     def _layer_kernel(x_ptr, y_ptr, h_ptr, w_ptr, bias_ptr, out_ptr, spec_ptr, P, CHUNK, M: tl.constexpr,
@@ -175,7 +176,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             z, v, _ = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, ROUND, APPROX)
             out = tl.where(inside[:, None], _gelu(z), 0.0)
             tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
-            acc = _dot(v, out, acc, IEEE, ROUND)
+            acc = _dot(v, _tf32(out, ROUND), acc, IEEE)
         tl.store(spec_ptr + ((b * tl.num_programs(1) + s) * 2 * M + rows[:, None]) * C + cols[None, :], acc)
 
     @triton.jit
@@ -200,11 +201,12 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             z, v, h = _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M, C, IEEE, ROUND, APPROX)
             at = (b * P + j)[:, None] * C + cols[None, :]
             g = tl.load(g_ptr + at, mask=inside[:, None], other=0.0)
-            g = _dot(tl.trans(v), gs, g, IEEE, ROUND)
+            g = _dot(tl.trans(v), gs, g, IEEE)
             dz = tl.where(inside[:, None], g * _gelu_grad(z), 0.0)
-            tl.store(dh_ptr + at, _dot(dz, tl.trans(w_t), None, IEEE, ROUND), mask=inside[:, None])
-            acc_y = _dot(v, dz, acc_y, IEEE, ROUND)
-            acc_w = _dot(tl.trans(dz), h, acc_w, IEEE, ROUND)
+            dz_products = _tf32(dz, ROUND)
+            tl.store(dh_ptr + at, _dot(dz_products, tl.trans(w_t), None, IEEE), mask=inside[:, None])
+            acc_y = _dot(v, dz_products, acc_y, IEEE)
+            acc_w = _dot(tl.trans(dz_products), _tf32(h, ROUND), acc_w, IEEE)
             acc_bias += tl.sum(dz, 0)
         program = b * tl.num_programs(1) + s
         tl.store(dy_ptr + (program * 2 * M + rows[:, None]) * C + cols[None, :], acc_y)
@@ -220,19 +222,19 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return w_t, tl.load(bias_ptr + hidden)[None, :], tl.load(v_ptr + hidden)[None, :]
 
     @triton.jit
-    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
+    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr):
         """The projection's z = h W^T + bias [particles, H] for particles j of sample b, and h."""
         h = tl.load(h_ptr + (b * P + j)[:, None] * C + tl.arange(0, C)[None, :], mask=inside[:, None], other=0.0)
-        return _dot(h, w_t, None, IEEE, ROUND) + bias, h
+        return _dot(h, w_t, None, IEEE) + bias, h
 
     @triton.jit
     def _head_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, out_bias_ptr, out_ptr, P, C: tl.constexpr, H: tl.constexpr,
-                     BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
+                     BLOCK: tl.constexpr, IEEE: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
         w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H)
-        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
+        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
         tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v, 1) + tl.load(out_bias_ptr), mask=inside)
 
     @triton.jit
@@ -252,12 +254,13 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
+            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
             g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]  # 0 outside
             dz = g * v * _gelu_grad(z)
+            dz_products = _tf32(dz, ROUND)
             tl.store(dh_ptr + (b * P + j)[:, None] * C + cols[None, :],
-                     _dot(dz, tl.trans(w_t), None, IEEE, ROUND), mask=inside[:, None])
-            acc_w = _dot(tl.trans(dz), h, acc_w, IEEE, ROUND)
+                     _dot(dz_products, tl.trans(w_t), None, IEEE), mask=inside[:, None])
+            acc_w = _dot(tl.trans(dz_products), _tf32(h, ROUND), acc_w, IEEE)
             acc_bias += tl.sum(dz, 0)
             acc_v += tl.sum(g * _gelu(z), 0)
         program = b * tl.num_programs(1) + s
@@ -323,8 +326,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
         block, warps = launches()["_synthesis_kernel"]
         torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, block))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
-            APPROX=_approx_cos(ieee), num_warps=warps)
+            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
         return out
 
     def _keep_spectrum(ctx, inputs, output):
@@ -402,7 +404,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         block, warps = launches()["_head_kernel"]
         torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, block))](
             h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=block, IEEE=ieee,
-            ROUND=_round_tf32(ieee), num_warps=warps)
+            num_warps=warps)
         return out
 
     @torch.library.triton_op("caraml::fno_head_backward", mutates_args=())
