@@ -45,9 +45,10 @@ CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_
 # Under TF32 products V's cosines come from the GPU's approximate unit (cos.approx, absolute error below 2^-20 on
 # [-pi, pi]): the products round V to TF32 (2^-11) anyway. IEEE products keep the accurate cosine.
 APPROX_COS = 1
-# Under TF32 products the operands of the sums over particles are rounded to TF32 (to nearest), as cuBLAS rounds:
+# Under TF32 products every operand is rounded to TF32 (to nearest) once, where it is made or read, as cuBLAS rounds:
 # Triton hands the tensor cores float32 bits, which they truncate (triton-lang/triton#4574), a bias toward zero that
-# adds up over 100,000 particles (the gradients 4.7e-3 off, six times the matmul backend's TF32 error, on an H200).
+# scales each product and adds up through the layers (truncated, triton-fused's gradients were 4.7e-3 off on an H200,
+# six times the matmul backend's TF32 error; with only the sums over particles rounded still 3.0e-3 on an H100).
 ROUND_TF32 = 1
 
 
@@ -91,7 +92,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @triton.jit
     def _tf32(x, ROUND: tl.constexpr):
-        """x rounded to TF32 (to nearest) where ROUND, once per tile: an operand of a sum over particles."""
+        """x rounded to TF32 (to nearest) where ROUND: a TF32 product's operand, rounded once where it is made."""
         if ROUND:
             return tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], dtype=tl.int32, is_pure=True,
                                              pack=1).to(tl.float32, bitcast=True)
@@ -120,15 +121,15 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @triton.jit
     def _synthesis_kernel(x_ptr, y_ptr, out_ptr, P, M: tl.constexpr, C: tl.constexpr,
-                          BLOCK: tl.constexpr, IEEE: tl.constexpr, APPROX: tl.constexpr):
+                          BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr, APPROX: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
-        vt = tl.trans(_basis(x, rows, M, APPROX))  # [particles, 2M]
-        y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
+        vt = tl.trans(_tf32(_basis(x, rows, M, APPROX), ROUND))  # [particles, 2M]
+        y = _tf32(tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :]), ROUND)
         out = _dot(vt, y, None, IEEE)
         tl.store(out_ptr + (b * P + j)[:, None] * C + cols[None, :], out, mask=inside[:, None])
 
@@ -141,12 +142,12 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         return 0.5 * (1 + tl.erf(z * 0.7071067811865476)) + z * 0.3989422804014327 * tl.exp(-0.5 * z * z)
 
     @triton.jit
-    def _layer_operands(y_ptr, w_ptr, bias_ptr, b, M: tl.constexpr, C: tl.constexpr):
+    def _layer_operands(y_ptr, w_ptr, bias_ptr, b, M: tl.constexpr, C: tl.constexpr, ROUND: tl.constexpr):
         """What a layer's program reads once: y [2M, C] of sample b, W^T [C in, C out], the bias [1, C]."""
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
-        y = tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
-        return y, tl.load(w_ptr + cols[None, :] * C + cols[:, None]), tl.load(bias_ptr + cols)[None, :]
+        y = _tf32(tl.load(y_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :]), ROUND)
+        return y, _tf32(tl.load(w_ptr + cols[None, :] * C + cols[:, None]), ROUND), tl.load(bias_ptr + cols)[None, :]
 
     @triton.jit
     def _pre_activation(x_ptr, h_ptr, y, w_t, bias, b, j, inside, P, M: tl.constexpr, C: tl.constexpr,
@@ -155,7 +156,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         cols = tl.arange(0, C)
         x = tl.load(x_ptr + b * P + j, mask=inside, other=0.0)
         v = _tf32(_basis(x, tl.arange(0, 2 * M), M, APPROX), ROUND)  # [2M, particles]
-        h = tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0)
+        h = _tf32(tl.load(h_ptr + (b * P + j)[:, None] * C + cols[None, :], mask=inside[:, None], other=0.0), ROUND)
         return _dot(h, w_t, _dot(tl.trans(v), y, None, IEEE), IEEE) + bias, v, h
 
     @triton.jit
@@ -167,7 +168,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
-        y, w_t, bias = _layer_operands(y_ptr, w_ptr, bias_ptr, b, M, C)
+        y, w_t, bias = _layer_operands(y_ptr, w_ptr, bias_ptr, b, M, C, ROUND)
         acc = tl.zeros((2 * M, C), dtype=tl.float32)
         end = tl.minimum(s * CHUNK + CHUNK, P)
         for start in range(s * CHUNK, end, BLOCK):
@@ -189,8 +190,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         s = tl.program_id(1)
         rows = tl.arange(0, 2 * M)
         cols = tl.arange(0, C)
-        y, w_t, bias = _layer_operands(y_ptr, w_ptr, bias_ptr, b, M, C)
-        gs = tl.load(gs_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :])
+        y, w_t, bias = _layer_operands(y_ptr, w_ptr, bias_ptr, b, M, C, ROUND)
+        gs = _tf32(tl.load(gs_ptr + (b * 2 * M + rows[:, None]) * C + cols[None, :]), ROUND)
         acc_y = tl.zeros((2 * M, C), dtype=tl.float32)
         acc_w = tl.zeros((C, C), dtype=tl.float32)
         acc_bias = tl.zeros((C,), dtype=tl.float32)
@@ -206,7 +207,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             dz_products = _tf32(dz, ROUND)
             tl.store(dh_ptr + at, _dot(dz_products, tl.trans(w_t), None, IEEE), mask=inside[:, None])
             acc_y = _dot(v, dz_products, acc_y, IEEE)
-            acc_w = _dot(tl.trans(dz_products), _tf32(h, ROUND), acc_w, IEEE)
+            acc_w = _dot(tl.trans(dz_products), h, acc_w, IEEE)
             acc_bias += tl.sum(dz, 0)
         program = b * tl.num_programs(1) + s
         tl.store(dy_ptr + (program * 2 * M + rows[:, None]) * C + cols[None, :], acc_y)
@@ -214,27 +215,28 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         tl.store(dbias_ptr + program * C + cols, acc_bias)
 
     @triton.jit
-    def _head_operands(w_ptr, bias_ptr, v_ptr, C: tl.constexpr, H: tl.constexpr):
+    def _head_operands(w_ptr, bias_ptr, v_ptr, C: tl.constexpr, H: tl.constexpr, ROUND: tl.constexpr):
         """What a head's program reads once: W^T [C, H], the bias [1, H], the output weights v [1, H]."""
         cols = tl.arange(0, C)
         hidden = tl.arange(0, H)
-        w_t = tl.load(w_ptr + hidden[None, :] * C + cols[:, None])
+        w_t = _tf32(tl.load(w_ptr + hidden[None, :] * C + cols[:, None]), ROUND)
         return w_t, tl.load(bias_ptr + hidden)[None, :], tl.load(v_ptr + hidden)[None, :]
 
     @triton.jit
-    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr):
+    def _head_pre(h_ptr, w_t, bias, b, j, inside, P, C: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
         """The projection's z = h W^T + bias [particles, H] for particles j of sample b, and h."""
-        h = tl.load(h_ptr + (b * P + j)[:, None] * C + tl.arange(0, C)[None, :], mask=inside[:, None], other=0.0)
+        h = _tf32(tl.load(h_ptr + (b * P + j)[:, None] * C + tl.arange(0, C)[None, :], mask=inside[:, None],
+                          other=0.0), ROUND)
         return _dot(h, w_t, None, IEEE) + bias, h
 
     @triton.jit
     def _head_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, out_bias_ptr, out_ptr, P, C: tl.constexpr, H: tl.constexpr,
-                     BLOCK: tl.constexpr, IEEE: tl.constexpr):
+                     BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
-        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H)
-        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H, ROUND)
+        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
         tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v, 1) + tl.load(out_bias_ptr), mask=inside)
 
     @triton.jit
@@ -246,7 +248,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         s = tl.program_id(1)
         cols = tl.arange(0, C)
         hidden = tl.arange(0, H)
-        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H)
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H, ROUND)
         acc_w = tl.zeros((H, C), dtype=tl.float32)
         acc_bias = tl.zeros((H,), dtype=tl.float32)
         acc_v = tl.zeros((H,), dtype=tl.float32)
@@ -254,13 +256,13 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
             inside = j < end
-            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE)
+            z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
             g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]  # 0 outside
             dz = g * v * _gelu_grad(z)
             dz_products = _tf32(dz, ROUND)
             tl.store(dh_ptr + (b * P + j)[:, None] * C + cols[None, :],
                      _dot(dz_products, tl.trans(w_t), None, IEEE), mask=inside[:, None])
-            acc_w = _dot(tl.trans(dz_products), _tf32(h, ROUND), acc_w, IEEE)
+            acc_w = _dot(tl.trans(dz_products), h, acc_w, IEEE)
             acc_bias += tl.sum(dz, 0)
             acc_v += tl.sum(g * _gelu(z), 0)
         program = b * tl.num_programs(1) + s
@@ -326,7 +328,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         out = torch.empty(b, p, c, device=y.device, dtype=torch.float32)
         block, warps = launches()["_synthesis_kernel"]
         torch.library.wrap_triton(_synthesis_kernel)[(b, triton.cdiv(p, block))](
-            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, APPROX=_approx_cos(ieee), num_warps=warps)
+            x, y, out, p, M=rows // 2, C=c, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
+            APPROX=_approx_cos(ieee), num_warps=warps)
         return out
 
     def _keep_spectrum(ctx, inputs, output):
@@ -404,7 +407,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         block, warps = launches()["_head_kernel"]
         torch.library.wrap_triton(_head_kernel)[(b, triton.cdiv(p, block))](
             h, weight, bias, out_weight, out_bias, out, p, C=c, H=weight.shape[0], BLOCK=block, IEEE=ieee,
-            num_warps=warps)
+            ROUND=_round_tf32(ieee), num_warps=warps)
         return out
 
     @torch.library.triton_op("caraml::fno_head_backward", mutates_args=())
