@@ -85,7 +85,8 @@ def run_variant(preset: str, params: dict, steps: int, warmup: int, profiled: in
             "step_ms_max": max(times), "steps": steps, "samples_per_s": bench.data.batch / step_ms * 1e3,
             "peak_memory_gib": None if cpu else torch.cuda.max_memory_allocated() / 2**30,
             "breakdown": breakdown(kernels, step_ms, cpu, top=10), "torch": torch.__version__,
-            "device": "cpu" if cpu else torch.cuda.get_device_name()}
+            "device": "cpu" if cpu else torch.cuda.get_device_name(),
+            "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
 
 
 def report(name: str, row: dict) -> list[str]:

@@ -174,3 +174,23 @@ def test_bench_script_plain_loop_runs_caramls_pic_operators(name):
         assert model.transform.backend == "matrix"
     by = {name: {"status": "ok", "samples_per_s": 100.0}, twin: {"status": "ok", "samples_per_s": 99.0}}
     assert fno_points.summary(by)["caraml_over_plain"] == {twin: pytest.approx(0.99)}
+
+
+@pytest.mark.subprocess
+def test_each_profile_variant_compiles_on_its_own_inductor_cache(tmp_path):
+    """bench/fno_profile.py: each variant runs in its own process on its own inductor cache. Inductor's cache keys on
+    the graph, not on the DSE kernels' module constants, so a variant that sets only a constant was handed the code
+    compiled under another's (on an H100 three such variants timed the same to 0.3 %)."""
+    import json
+
+    from conftest import run
+
+    proc = run([sys.executable, ROOT / "bench" / "fno_profile.py", "--out", tmp_path, "--steps", "1", "--warmup",
+                "1", "--profiled", "1", "--variant", "a=compile=none", "--variant",
+                "b=compile=none,dse_triton.CHUNK_P=1024"], cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "fno_profile.json").read_text())["variants"]
+    assert rows["b"]["params"]["dse_triton.CHUNK_P"] == "1024" and rows["a"]["samples_per_s"] > 0
+    caches = [rows[name]["inductor_cache"] for name in ("a", "b")]
+    assert all(caches) and caches[0] != caches[1]
+    assert not any(Path(c).exists() for c in caches)  # removed after its variant
