@@ -26,7 +26,7 @@ from pathlib import Path
 from caraml.compare.kernel_profile import breakdown, kernel_table
 
 CATEGORIES = (  # first match wins
-    ("dse kernels (triton op)", re.compile(r"_(spectrum|synthesis|layer|layer_grad|head|head_grad)_kernel", re.I)),
+    ("dse kernels (triton op)", re.compile(r"_(spectrum|synthesis|layer|head)\w*_kernel", re.I)),
     ("matmul (cuBLAS)", re.compile(r"gemm|nvjet|cublas|cutlass|splitk|xmma|sm90", re.I)),
     ("triton template", re.compile(r"^triton_tem", re.I)),
     ("triton reduction", re.compile(r"^triton_(red|per)", re.I)),

@@ -40,6 +40,7 @@ except ImportError:  # no Triton: the backend is refused (unavailable)
 BLOCK_P = 128  # particles per tile of the spectrum and synthesis kernels
 FUSED_BLOCK_P = 64  # particles per tile of triton-fused's layer kernels: at 128 their backward spills (ptxas)
 HEAD_BLOCK_P = 64  # the head's particles per tile: its [particles, 4 x width] tiles are 4 times as wide
+HEAD_HIDDEN_CHUNK = 32  # hidden units per program of the head's weight gradients (a power of two, as the width)
 FUSED_WARPS = 4  # warps per program of triton-fused's kernels (layer, head, their gradients)
 CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_P programs sum partial spectra
 # Under TF32 products V's cosines come from the GPU's approximate unit (cos.approx, absolute error below 2^-20 on
@@ -57,7 +58,8 @@ def launches() -> dict[str, tuple[int, int]]:
     so that the constants a profile variant sets hold; ahead_of_time compiles the same."""
     return {"_spectrum_kernel": (BLOCK_P, 4), "_synthesis_kernel": (BLOCK_P, 4),
             "_layer_kernel": (FUSED_BLOCK_P, FUSED_WARPS), "_layer_grad_kernel": (FUSED_BLOCK_P, FUSED_WARPS),
-            "_head_kernel": (HEAD_BLOCK_P, FUSED_WARPS), "_head_grad_kernel": (HEAD_BLOCK_P, FUSED_WARPS)}
+            "_head_kernel": (HEAD_BLOCK_P, FUSED_WARPS), "_head_grad_kernel": (HEAD_BLOCK_P, FUSED_WARPS),
+            "_head_weight_grad_kernel": (FUSED_BLOCK_P, FUSED_WARPS)}
 
 
 def unavailable(modes: int, width: int) -> str | None:
@@ -215,10 +217,11 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         tl.store(dbias_ptr + program * C + cols, acc_bias)
 
     @triton.jit
-    def _head_operands(w_ptr, bias_ptr, v_ptr, C: tl.constexpr, H: tl.constexpr, ROUND: tl.constexpr):
-        """What a head's program reads once: W^T [C, H], the bias [1, H], the output weights v [1, H]."""
+    def _head_operands(w_ptr, bias_ptr, v_ptr, first, C: tl.constexpr, H: tl.constexpr, ROUND: tl.constexpr):
+        """What a head's program reads once of hidden units first ... first + H: W^T [C, H], the bias [1, H], the
+        output weights v [1, H]."""
         cols = tl.arange(0, C)
-        hidden = tl.arange(0, H)
+        hidden = first + tl.arange(0, H)
         w_t = _tf32(tl.load(w_ptr + hidden[None, :] * C + cols[:, None]), ROUND)
         return w_t, tl.load(bias_ptr + hidden)[None, :], tl.load(v_ptr + hidden)[None, :]
 
@@ -235,23 +238,40 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
-        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H, ROUND)
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, 0, C, H, ROUND)
         z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
         tl.store(out_ptr + b * P + j, tl.sum(_gelu(z) * v, 1) + tl.load(out_bias_ptr), mask=inside)
 
     @triton.jit
-    def _head_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dh_ptr, dw_ptr, dbias_ptr, dv_ptr, P, CHUNK,
-                          C: tl.constexpr, H: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr,
-                          ROUND: tl.constexpr):
-        """z made again from h; dz = g v GELU'(z); dh = dz W per tile; this chunk's partial dW, dbias, dv."""
+    def _head_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dh_ptr, P, C: tl.constexpr, H: tl.constexpr,
+                          BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
+        """dh = dz W per tile, dz = g v GELU'(z), z made again from h. The weights' gradients are the next kernel's:
+        summed here beside dh, their [H, C] accumulator spilled 2 KB a thread (ptxas, sm_90)."""
+        b = tl.program_id(0)
+        j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        inside = j < P
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, 0, C, H, ROUND)
+        z, _ = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
+        g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]
+        dz = _tf32(g * v * _gelu_grad(z), ROUND)
+        tl.store(dh_ptr + (b * P + j)[:, None] * C + tl.arange(0, C)[None, :], _dot(dz, tl.trans(w_t), None, IEEE),
+                 mask=inside[:, None])
+
+    @triton.jit
+    def _head_weight_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dw_ptr, dbias_ptr, dv_ptr, P, CHUNK,
+                                 C: tl.constexpr, H: tl.constexpr, HC: tl.constexpr, BLOCK: tl.constexpr,
+                                 IEEE: tl.constexpr, ROUND: tl.constexpr):
+        """This chunk's partial dW, dbias, dv for hidden units k HC ... (k + 1) HC (program axis 2): z and dz made
+        again for those units only, so the accumulators stay in registers."""
         b = tl.program_id(0)
         s = tl.program_id(1)
+        first = tl.program_id(2) * HC
         cols = tl.arange(0, C)
-        hidden = tl.arange(0, H)
-        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, C, H, ROUND)
-        acc_w = tl.zeros((H, C), dtype=tl.float32)
-        acc_bias = tl.zeros((H,), dtype=tl.float32)
-        acc_v = tl.zeros((H,), dtype=tl.float32)
+        hidden = first + tl.arange(0, HC)
+        w_t, bias, v = _head_operands(w_ptr, bias_ptr, v_ptr, first, C, HC, ROUND)
+        acc_w = tl.zeros((HC, C), dtype=tl.float32)
+        acc_bias = tl.zeros((HC,), dtype=tl.float32)
+        acc_v = tl.zeros((HC,), dtype=tl.float32)
         end = tl.minimum(s * CHUNK + CHUNK, P)
         for start in range(s * CHUNK, end, BLOCK):
             j = start + tl.arange(0, BLOCK)
@@ -259,12 +279,9 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             z, h = _head_pre(h_ptr, w_t, bias, b, j, inside, P, C, IEEE, ROUND)
             g = tl.load(g_ptr + b * P + j, mask=inside, other=0.0)[:, None]  # 0 outside
             dz = g * v * _gelu_grad(z)
-            dz_products = _tf32(dz, ROUND)
-            tl.store(dh_ptr + (b * P + j)[:, None] * C + cols[None, :],
-                     _dot(dz_products, tl.trans(w_t), None, IEEE), mask=inside[:, None])
-            acc_w = _dot(tl.trans(dz_products), h, acc_w, IEEE)
             acc_bias += tl.sum(dz, 0)
             acc_v += tl.sum(g * _gelu(z), 0)
+            acc_w = _dot(tl.trans(_tf32(dz, ROUND)), h, acc_w, IEEE)
         program = b * tl.num_programs(1) + s
         tl.store(dw_ptr + (program * H + hidden[:, None]) * C + cols[None, :], acc_w)
         tl.store(dbias_ptr + program * H + hidden, acc_bias)
@@ -297,7 +314,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
         fn = globals()[kernel]
         block, warps = launches()[kernel]
-        constants = {"M": modes, "C": width, "H": hidden, "BLOCK": block, "IEEE": ieee,  # as on a GPU:
+        constants = {"M": modes, "C": width, "H": hidden, "HC": min(HEAD_HIDDEN_CHUNK, hidden), "BLOCK": block,
+                     "IEEE": ieee,  # as on a GPU:
                      "APPROX": bool(APPROX_COS) and not ieee, "ROUND": bool(ROUND_TF32) and not ieee}
         signature, constexprs = {}, {}
         for i, param in enumerate(fn.params):
@@ -422,8 +440,13 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         dbias = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
         dv = torch.empty(b * chunks, hidden, device=h.device, dtype=torch.float32)
         block, warps = launches()["_head_grad_kernel"]
-        torch.library.wrap_triton(_head_grad_kernel)[(b, chunks)](
-            h, weight, bias, out_weight, grad, dh, dw, dbias, dv, p, chunk, C=c, H=hidden, BLOCK=block,
+        torch.library.wrap_triton(_head_grad_kernel)[(b, triton.cdiv(p, block))](
+            h, weight, bias, out_weight, grad, dh, p, C=c, H=hidden, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
+            num_warps=warps)
+        block, warps = launches()["_head_weight_grad_kernel"]
+        units = min(HEAD_HIDDEN_CHUNK, hidden)
+        torch.library.wrap_triton(_head_weight_grad_kernel)[(b, chunks, hidden // units)](
+            h, weight, bias, out_weight, grad, dw, dbias, dv, p, chunk, C=c, H=hidden, HC=units, BLOCK=block,
             IEEE=ieee, ROUND=_round_tf32(ieee), num_warps=warps)
         return dh, dw.sum(0), dbias.sum(0), dv.sum(0)
 
