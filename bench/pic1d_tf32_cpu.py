@@ -1,7 +1,9 @@
 """PIC1D's two dse_layouts under TF32, emulated on a CPU: how far each is from the float32 result (TF32 off), and
 how far apart they are, beside the floor (channels-first against itself, the input moved by float32 rounding).
 Every float32 matmul, bmm and linear rounds its operands to TF32's 10 mantissa bits (forward and backward), as a
-GPU does under matmul precision 'high' (CARAML's); relative differences norm-wise.
+GPU does under matmul precision 'high' (CARAML's); then channels-last with every operand truncated instead, as
+Triton's tl.dot feeds the tensor cores (dse_backend=triton-fused's kernels before they rounded); relative
+differences norm-wise.
 
     PYTHONPATH=src python3 bench/pic1d_tf32_cpu.py [--particles 100000] [--batch 2]
 """
@@ -20,15 +22,15 @@ from caraml.workloads.fno.model import FNO
 
 
 @contextlib.contextmanager
-def emulated_tf32_all():
+def emulated_tf32_all(truncate: bool = False):
     """emulated_tf32 (matmul, bmm) and F.linear too (channels-last's pointwise layers)."""
     linear = F.linear
 
     def tf32_linear(x, w, b=None):
-        out = TF32Product.apply(x, w.t(), torch.Tensor.__matmul__)
+        out = TF32Product.apply(x, w.t(), torch.Tensor.__matmul__, truncate)
         return out if b is None else out + b
 
-    with emulated_tf32():
+    with emulated_tf32(truncate):
         F.linear = tf32_linear
         try:
             yield
@@ -72,6 +74,10 @@ def main() -> None:
     print("               floor (channels-first, input moved):  ", diffs(floor, first))
     print("               channels-first against TF32 off:      ", diffs(first, exact))
     print("               channels-last against TF32 off:       ", diffs(last, exact))
+    with emulated_tf32_all(truncate=True):  # every operand truncated, as Triton's tl.dot feeds the tensor cores
+        truncated = results("channels-last", x, y)
+    print("TF32 truncated: channels-last against channels-first:", diffs(truncated, first))
+    print("               channels-last against TF32 off:       ", diffs(truncated, exact))
 
 
 if __name__ == "__main__":

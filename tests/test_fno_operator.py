@@ -121,6 +121,18 @@ def test_matrix_backend_equals_torchkbnufft_with_gradients(p):
         assert worst < 1e-4, (rel.__name__, name, worst)
 
 
+def test_truncated_tf32_is_a_bias_toward_zero_where_rounding_is_none():
+    """Triton's TF32 products hand the tensor cores float32 bits, which keep 10 mantissa bits by truncation: every
+    operand moves toward zero, by 2^-12 relative on average, where rounding to nearest moves it either way."""
+    study = _tf32_study()
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(1))
+    truncated, rounded = study.tf32_round(x, truncate=True), study.tf32_round(x)
+    assert truncated.view(torch.int32).bitwise_and(0x1FFF).eq(0).all() and (truncated.abs() <= x.abs()).all()
+    shrink = float(((x.abs() - truncated.abs()) / x.abs()).mean())
+    assert 2.0 ** -13 < shrink < 2.0 ** -11, shrink
+    assert abs(float(((x.abs() - rounded.abs()) / x.abs()).mean())) < shrink / 20
+
+
 def test_matrix_backend_stays_within_1e_4_under_tf32():
     """With every float32 product rounded as TF32 does (CARAML's 'high' on a GPU), the matrix backend's float64
     products keep it within 1e-4 of torchkbnufft (which has no matmul); float32 products would be off by more.

@@ -13,37 +13,40 @@ MODEL_LAYERS = 4  # PIC2D's
 TOLERANCE = 1e-4  # equal to torchkbnufft's within this, relative
 
 
-def tf32_round(t: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to TF32's 10 mantissa bits (to nearest, ties away); other dtypes unchanged."""
+def tf32_round(t: torch.Tensor, truncate: bool = False) -> torch.Tensor:
+    """float32 rounded to TF32's 10 mantissa bits (to nearest, ties away; truncate: the low 13 bits dropped, as the
+    tensor cores take the float32 bits Triton's tl.dot hands them); other dtypes unchanged."""
     if t.dtype != torch.float32:
         return t
-    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+    bits = t.contiguous().view(torch.int32)
+    return ((bits if truncate else bits + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
 class TF32Product(torch.autograd.Function):
-    """A matmul/bmm with TF32-rounded operands in the forward and both backward products."""
+    """A matmul/bmm with TF32 operands (rounded, or truncated) in the forward and both backward products."""
 
     @staticmethod
-    def forward(ctx, a, b, product):
+    def forward(ctx, a, b, product, truncate):
         ctx.save_for_backward(a, b)
-        ctx.product = product
-        return product(tf32_round(a), tf32_round(b))
+        ctx.product, ctx.truncate = product, truncate
+        return product(tf32_round(a, truncate), tf32_round(b, truncate))
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        g = tf32_round(grad)
-        ga = ctx.product(g, tf32_round(b).transpose(-1, -2)).sum_to_size(a.shape)
-        gb = ctx.product(tf32_round(a).transpose(-1, -2), g).sum_to_size(b.shape)
-        return ga, gb, None
+        g = tf32_round(grad, ctx.truncate)
+        ga = ctx.product(g, tf32_round(b, ctx.truncate).transpose(-1, -2)).sum_to_size(a.shape)
+        gb = ctx.product(tf32_round(a, ctx.truncate).transpose(-1, -2), g).sum_to_size(b.shape)
+        return ga, gb, None, None
 
 
 @contextlib.contextmanager
-def emulated_tf32():
-    """torch.matmul and torch.bmm as a GPU runs them under matmul precision 'high' (TF32), for the duration."""
+def emulated_tf32(truncate: bool = False):
+    """torch.matmul and torch.bmm as a GPU runs them under matmul precision 'high' (TF32), for the duration;
+    truncate: as Triton's TF32 products feed the tensor cores."""
     matmul, bmm = torch.matmul, torch.bmm
-    torch.matmul = lambda a, b: TF32Product.apply(a, b, matmul)
-    torch.bmm = lambda a, b: TF32Product.apply(a, b, bmm)
+    torch.matmul = lambda a, b: TF32Product.apply(a, b, matmul, truncate)
+    torch.bmm = lambda a, b: TF32Product.apply(a, b, bmm, truncate)
     try:
         yield
     finally:
