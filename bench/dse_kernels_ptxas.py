@@ -59,7 +59,8 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=128, help="the head's hidden width (4 x width in PIC1D)")
     parser.add_argument("--set", action="append", default=[], metavar="CONST=VALUE",
-                        help="a dse_triton constant for this compile (BLOCK_P, HEAD_BLOCK_P, FUSED_WARPS, APPROX_COS)")
+                        help="a dse_triton constant for this compile (BLOCK_P, FUSED_BLOCK_P, HEAD_BLOCK_P, "
+                        "HEAD_HIDDEN_CHUNK, FUSED_WARPS, APPROX_COS, ROUND_TF32)")
     args = parser.parse_args()
 
     from caraml.workloads.fno import dse_triton
@@ -69,7 +70,8 @@ def main() -> int:
     for item in args.set:
         name, _, value = item.partition("=")
         if not hasattr(dse_triton, name) or not name.isupper() or not value.isdigit():
-            refuse(f"--set {item}: expected CONST=INTEGER, CONST one of BLOCK_P, HEAD_BLOCK_P, FUSED_WARPS, APPROX_COS")
+            refuse(f"--set {item}: expected CONST=INTEGER, CONST one of BLOCK_P, FUSED_BLOCK_P, HEAD_BLOCK_P, "
+                   "HEAD_HIDDEN_CHUNK, FUSED_WARPS, APPROX_COS, ROUND_TF32")
         setattr(dse_triton, name, int(value))
     ptxas, rows = ptxas_path(), []
     for kernel, (block, warps) in dse_triton.launches().items():
@@ -79,7 +81,7 @@ def main() -> int:
                          "shared_bytes": compiled.metadata.shared,
                          **resources(compiled.asm["ptx"], args.arch, ptxas)})
             row = rows[-1]
-            print(f"{kernel:20s} {row['products']:4s} BLOCK={block:<4d} warps={warps}  registers {row['registers']:3d}"
+            print(f"{kernel:24s} {row['products']:4s} BLOCK={block:<4d} warps={warps}  registers {row['registers']:3d}"
                   f"  spill stores {row['spill_store_bytes']:6d} B  loads {row['spill_load_bytes']:6d} B"
                   f"  stack {row['stack_bytes']:6d} B  shared {row['shared_bytes'] / 1024:6.1f} KiB", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from caraml.compare.kernel_profile import breakdown, kernel_table
 
 CATEGORIES = (  # first match wins
-    ("dse kernels (triton op)", re.compile(r"_(spectrum|synthesis|layer|head)\w*_kernel", re.I)),
+    ("dse kernels (triton op)", re.compile(r"^_(spectrum|synthesis|layer|head)\w*_kernel", re.I)),
     ("matmul (cuBLAS)", re.compile(r"gemm|nvjet|cublas|cutlass|splitk|xmma|sm90", re.I)),
     ("triton template", re.compile(r"^triton_tem", re.I)),
     ("triton reduction", re.compile(r"^triton_(red|per)", re.I)),
@@ -99,7 +100,7 @@ def report(name: str, row: dict) -> list[str]:
              f"{b['kernel_busy_ms']:.2f} ms, peak {row.get('peak_memory_gib') or 0:.1f} GiB"]
     for cat, c in b["categories"].items():
         lines.append(f"  {cat:<26} {c['ms']:7.3f} ms {c['share_of_step'] or 0:6.1%} {c['calls']:6.1f} calls")
-        for k in c["top_kernels"][:5]:
+        for k in c["top_kernels"][:8]:
             lines.append(f"      {k['ms']:7.3f} ms {k['calls']:5.1f}x  {k['name'][:110]}")
     return lines
 
@@ -129,9 +130,12 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--out", str(out), "--preset", args.preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--profiled", str(args.profiled), "--point", text]
         try:
-            with tempfile.TemporaryDirectory() as cache:  # inductor's own: its graph cache keys on the graph, not
-                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}  # on the kernels' module constants
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+            cache = tempfile.mkdtemp(prefix="fno_profile-inductor-")  # its own: inductor's graph cache keys on the
+            try:  # graph, not on the kernels' module constants
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                      env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache})
+            finally:  # compile workers of a killed variant may still write there
+                shutil.rmtree(cache, ignore_errors=True)
             part = out / f"fno_profile-{name}.json"
             rows[name] = (json.loads(part.read_text()) if proc.returncode == 0 and part.exists() else
                           {"status": f"failed (rc {proc.returncode})", "error": proc.stderr})

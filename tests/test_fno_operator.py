@@ -123,7 +123,7 @@ def test_matrix_backend_equals_torchkbnufft_with_gradients(p):
 
 def test_truncated_tf32_is_a_bias_toward_zero_where_rounding_is_none():
     """Triton's TF32 products hand the tensor cores float32 bits, which keep 10 mantissa bits by truncation: every
-    operand moves toward zero, by 2^-12 relative on average, where rounding to nearest moves it either way."""
+    operand moves toward zero, by about 2^-11.5 relative on average, where rounding to nearest moves it either way."""
     study = _tf32_study()
     x = torch.randn(100_000, generator=torch.Generator().manual_seed(1))
     truncated, rounded = study.tf32_round(x, truncate=True), study.tf32_round(x)

@@ -180,7 +180,7 @@ def test_bench_script_plain_loop_runs_caramls_pic_operators(name):
 def test_each_profile_variant_compiles_on_its_own_inductor_cache(tmp_path):
     """bench/fno_profile.py: each variant runs in its own process on its own inductor cache. Inductor's cache keys on
     the graph, not on the DSE kernels' module constants, so a variant that sets only a constant was handed the code
-    compiled under another's (on an H100 three such variants timed the same to 0.3 %)."""
+    compiled under another's."""
     import json
 
     from conftest import run

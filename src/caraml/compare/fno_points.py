@@ -113,6 +113,7 @@ _LOOPS = {
     "PIC1D_triton_fused_check": {"problem": "PIC1D", "layout_check": True, "dse_backends": ["triton-fused"]},
     "PIC1D_caraml_triton_fused_compiled_again": _c("PIC1D", "compile=inductor", "dse_backend=triton-fused"),
     "PIC1D_plain_triton_fused_compiled": _p("PIC1D", compile="default", dse_backend="triton-fused"),
+    "PIC1D_plain_triton_fused_eager": _p("PIC1D", dse_backend="triton-fused"),  # its compiled twin's eager
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
     "PIC2D_caraml_matrix_eager": _c("PIC2D", "nufft_backend=matrix"),

@@ -27,6 +27,7 @@ chunk of particles, as the spectrum does.
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -48,8 +49,9 @@ CHUNK_P = 2048  # the spectrum's particles per program, at least: B x P / CHUNK_
 APPROX_COS = 1
 # Under TF32 products every operand is rounded to TF32 (to nearest) once, where it is made or read, as cuBLAS rounds:
 # Triton hands the tensor cores float32 bits, which they truncate (triton-lang/triton#4574), a bias toward zero that
-# scales each product and adds up through the layers (truncated, triton-fused's gradients were 4.7e-3 off on an H200,
-# six times the matmul backend's TF32 error; with only the sums over particles rounded still 3.0e-3 on an H100).
+# scales each product and adds up through the layers (truncated, triton-fused's gradients were 4.7e-3 off on an H100,
+# six times the matmul backend's 7.8e-4 against the same reference; with only the sums over particles rounded still
+# 3.0e-3).
 ROUND_TF32 = 1
 
 
@@ -59,7 +61,7 @@ def launches() -> dict[str, tuple[int, int]]:
     return {"_spectrum_kernel": (BLOCK_P, 4), "_synthesis_kernel": (BLOCK_P, 4),
             "_layer_kernel": (FUSED_BLOCK_P, FUSED_WARPS), "_layer_grad_kernel": (FUSED_BLOCK_P, FUSED_WARPS),
             "_head_kernel": (HEAD_BLOCK_P, FUSED_WARPS), "_head_grad_kernel": (HEAD_BLOCK_P, FUSED_WARPS),
-            "_head_weight_grad_kernel": (FUSED_BLOCK_P, FUSED_WARPS)}
+            "_head_weight_grad_kernel": (HEAD_BLOCK_P, FUSED_WARPS)}
 
 
 def unavailable(modes: int, width: int) -> str | None:
@@ -314,7 +316,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
         fn = globals()[kernel]
         block, warps = launches()[kernel]
-        constants = {"M": modes, "C": width, "H": hidden, "HC": min(HEAD_HIDDEN_CHUNK, hidden), "BLOCK": block,
+        constants = {"M": modes, "C": width, "H": hidden, "HC": math.gcd(HEAD_HIDDEN_CHUNK, hidden), "BLOCK": block,
                      "IEEE": ieee,  # as on a GPU:
                      "APPROX": bool(APPROX_COS) and not ieee, "ROUND": bool(ROUND_TF32) and not ieee}
         signature, constexprs = {}, {}
@@ -444,7 +446,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             h, weight, bias, out_weight, grad, dh, p, C=c, H=hidden, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
             num_warps=warps)
         block, warps = launches()["_head_weight_grad_kernel"]
-        units = min(HEAD_HIDDEN_CHUNK, hidden)
+        units = math.gcd(HEAD_HIDDEN_CHUNK, hidden)  # divides the hidden width (a power of two times 4 in PIC1D)
         torch.library.wrap_triton(_head_weight_grad_kernel)[(b, chunks, hidden // units)](
             h, weight, bias, out_weight, grad, dw, dbias, dv, p, chunk, C=c, H=hidden, HC=units, BLOCK=block,
             IEEE=ieee, ROUND=_round_tf32(ieee), num_warps=warps)
