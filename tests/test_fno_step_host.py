@@ -134,23 +134,25 @@ def test_pic1d_triton_summary_pairs_processes_and_bounds_tf32_by_its_own_error()
     by = {name: {"status": "ok", "samples_per_s": v} for name, v in rates.items()}
     check = {"status": "ok", "high_within_tf32_floor": True,
              "equal_within_1e-4": {"highest": True, "high": False, "highest, triton": True, "high, triton": False,
-                                   "high, triton, compiled": False}}
+                                   "high, triton, compiled": False},
+             "within_tf32_error": {"high": True, "high, triton": True, "high, triton, compiled": True}}
     summary = fno_points.summary({**by, "PIC1D_triton_check": check})
     assert summary["pic1d_triton_over_matmul"] == {"matmul": [1600.0, 1610.0], "triton": [1500.0, 1520.0],
                                                    "ratio": pytest.approx(1510 / 1605)}
     goals = summary["goals"]
     assert goals["pic1d_triton_equal_within_1e-4"] is True and goals["pic1d_triton_within_tf32_error"] is True
-    check["equal_within_1e-4"]["highest, triton"] = check["high_within_tf32_floor"] = False
+    check["equal_within_1e-4"]["highest, triton"] = check["within_tf32_error"]["high, triton, compiled"] = False
     goals = fno_points.summary({**by, "PIC1D_triton_check": check})["goals"]
     assert goals["pic1d_triton_equal_within_1e-4"] is False and goals["pic1d_triton_within_tf32_error"] is False
     assert goals["pic1d_compiled_at_least_2x_issue_start"] is False  # 1,610 < 2 x 1,193
     fused = {"PIC1D_caraml_triton_fused_compiled": 2400.0, "PIC1D_caraml_triton_fused_compiled_again": 2420.0}
-    fused_check = {"status": "ok", "high_within_tf32_floor": True,
+    fused_check = {"status": "ok", "high_within_tf32_floor": True, "within_tf32_error": {"high": True},
                    "equal_within_1e-4": {"highest": True, "highest, triton-fused": True}}
     summary = fno_points.summary({**by, **{n: {"status": "ok", "samples_per_s": v} for n, v in fused.items()},
                                   "PIC1D_triton_fused_check": fused_check})
     assert summary["pic1d_triton_fused_over_matmul"]["ratio"] == pytest.approx(2410 / 1605)
     assert summary["goals"]["pic1d_triton_fused_equal_within_1e-4"] is True
+    assert summary["goals"]["pic1d_triton_fused_within_tf32_error"] is None  # its own checks did not run (a CPU)
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True  # 2,420 >= 2 x 1,193
 
 

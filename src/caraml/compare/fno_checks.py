@@ -183,5 +183,6 @@ def layout_check(spec: dict, where: FNORun) -> dict:
             "tf32_error": {k: {"rel_diff": c["rel_diff"], "max_rel_diff": c["max_rel_diff"]}
                            for k, c in tf32_error.items()},
             "equal_within_1e-4": {k: c["pass"] for k, c in checks.items()},
+            "within_tf32_error": {k: c["max_rel_diff"] <= bound for k, c in checks.items() if k.startswith("high")},
             "high_within_tf32_floor": all(c["max_rel_diff"] <= bound for k, c in checks.items()
                                           if k.startswith("high"))}
