@@ -59,20 +59,21 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=128, help="the head's hidden width (4 x width in PIC1D)")
     parser.add_argument("--set", action="append", default=[], metavar="CONST=VALUE",
-                        help="a dse_triton constant for this compile (BLOCK_P, FUSED_BLOCK_P, HEAD_BLOCK_P, "
-                        "HEAD_HIDDEN_CHUNK, FUSED_WARPS, APPROX_COS, ROUND_TF32)")
+                        help="a dse_triton constant for this compile (one of dse_triton.TUNABLE: BLOCK_P, "
+                        "FUSED_WARPS, ...)")
     args = parser.parse_args()
 
+    from caraml.errors import BadInput
     from caraml.workloads.fno import dse_triton
 
     if why := dse_triton.unavailable(args.modes, args.width):
         refuse(why)
     for item in args.set:
         name, _, value = item.partition("=")
-        if not hasattr(dse_triton, name) or not name.isupper() or not value.isdigit():
-            refuse(f"--set {item}: expected CONST=INTEGER, CONST one of BLOCK_P, FUSED_BLOCK_P, HEAD_BLOCK_P, "
-                   "HEAD_HIDDEN_CHUNK, FUSED_WARPS, APPROX_COS, ROUND_TF32")
-        setattr(dse_triton, name, int(value))
+        try:
+            dse_triton.set_constant(name, value)
+        except BadInput as problem:
+            refuse(f"--set {item}: {problem}")
     ptxas, rows = ptxas_path(), []
     for kernel, (block, warps) in dse_triton.launches().items():
         for ieee in (False, True):

@@ -60,7 +60,7 @@ def run_variant(preset: str, params: dict, steps: int, warmup: int, profiled: in
         from caraml.workloads.fno import dse_triton
 
         for key, value in tiles.items():
-            setattr(dse_triton, key.split(".", 1)[1], int(value))  # read at each launch
+            dse_triton.set_constant(key.split(".", 1)[1], value)
     bench = build_bench(RunSpec("fno", {"epochs": 0, "data": "synthetic", **params},
                                 preset=f"smoke-{preset}" if cpu else preset), device="cpu" if cpu else "cuda")
     sync = bench._sync

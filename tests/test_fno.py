@@ -714,6 +714,22 @@ def test_pic1d_kernels_compile_for_hopper_without_a_gpu():
         assert 0 < compiled.metadata.shared <= 232_448, (kernel, compiled.metadata.shared)
 
 
+def test_a_benchmark_sets_only_the_kernels_tunable_constants(monkeypatch):
+    """bench/fno_profile.py's dse_triton.CONSTANT=N and dse_kernels_ptxas.py's --set: a misspelt constant is refused
+    (set as a new attribute it would leave the kernels as they were, and the variant would time the default)."""
+    from caraml.errors import BadInput
+    from caraml.workloads.fno import dse_triton
+
+    monkeypatch.setattr(dse_triton, "FUSED_WARPS", dse_triton.FUSED_WARPS)  # restored after the test
+    dse_triton.set_constant("FUSED_WARPS", "8")
+    if hasattr(dse_triton, "launches"):
+        assert dse_triton.launches()["_layer_kernel"][1] == 8
+    for name, value in (("FUSED_WARP", "8"), ("FUSED_WARPS", "eight"), ("triton", "1")):
+        with pytest.raises(BadInput, match=r"expected one of BLOCK_P, .*ROUND_TF32"):
+            dse_triton.set_constant(name, value)
+    assert dse_triton.FUSED_WARPS == 8 and not hasattr(dse_triton, "FUSED_WARP")
+
+
 def test_dse_backend_is_refused_where_its_kernels_cannot_run():
     from caraml.errors import BadInput
     from caraml.params import id_view, resolve

@@ -53,6 +53,17 @@ APPROX_COS = 1
 # six times the matmul backend's 7.8e-4 against the same reference; with only the sums over particles rounded still
 # 3.0e-3).
 ROUND_TF32 = 1
+TUNABLE = ("BLOCK_P", "FUSED_BLOCK_P", "HEAD_BLOCK_P", "HEAD_HIDDEN_CHUNK", "FUSED_WARPS", "CHUNK_P", "APPROX_COS",
+           "ROUND_TF32")  # what a benchmark may set (set_constant)
+
+
+def set_constant(name: str, value: str) -> None:
+    """One of the kernels' module constants set for this process (a benchmark's variant); read at each launch."""
+    from caraml.errors import BadInput
+
+    if name not in TUNABLE or not value.isdigit():
+        raise BadInput(f"dse_triton.{name}={value}: expected one of {', '.join(TUNABLE)} = a non-negative integer")
+    globals()[name] = int(value)
 
 
 def launches() -> dict[str, tuple[int, int]]:
@@ -247,8 +258,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
     @triton.jit
     def _head_grad_kernel(h_ptr, w_ptr, bias_ptr, v_ptr, g_ptr, dh_ptr, P, C: tl.constexpr, H: tl.constexpr,
                           BLOCK: tl.constexpr, IEEE: tl.constexpr, ROUND: tl.constexpr):
-        """dh = dz W per tile, dz = g v GELU'(z), z made again from h. The weights' gradients are the next kernel's:
-        summed here beside dh, their [H, C] accumulator spilled 2 KB a thread (ptxas, sm_90)."""
+        """dh = dz W per tile, dz = g v GELU'(z), z made again from h. The weights' gradients are the next kernel's
+        (summed beside dh, their [H, C] accumulator spilled 2 KB a thread: ptxas, sm_90)."""
         b = tl.program_id(0)
         j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = j < P
@@ -289,13 +300,18 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
         tl.store(dbias_ptr + program * H + hidden, acc_bias)
         tl.store(dv_ptr + program * H + hidden, acc_v)
 
-    def _approx_cos(ieee: bool) -> bool:
-        """The approximate cosine under TF32 products, on a GPU (Triton's interpreter has no libdevice)."""
-        return bool(APPROX_COS) and not ieee and not _interpreting()
+    def _approx_cos(ieee: bool, gpu: bool | None = None) -> bool:
+        """The approximate cosine under TF32 products, on a GPU (Triton's interpreter has no libdevice); gpu None:
+        whether the kernels run on one here."""
+        return bool(APPROX_COS) and not ieee and (not _interpreting() if gpu is None else gpu)
 
-    def _round_tf32(ieee: bool) -> bool:
+    def _round_tf32(ieee: bool, gpu: bool | None = None) -> bool:
         """Operands rounded to TF32 before TF32 products, on a GPU (the interpreter's products are float32)."""
-        return bool(ROUND_TF32) and not ieee and not _interpreting()
+        return bool(ROUND_TF32) and not ieee and (not _interpreting() if gpu is None else gpu)
+
+    def _hidden_chunk(hidden: int) -> int:
+        """Hidden units per program of the head's weight gradients: a divisor of the hidden width."""
+        return math.gcd(HEAD_HIDDEN_CHUNK, hidden)
 
     def _interpreting() -> bool:
         """Whether Triton runs kernels in its interpreter, by its own setting (older Triton: TRITON_INTERPRET=1)."""
@@ -316,9 +332,8 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
         fn = globals()[kernel]
         block, warps = launches()[kernel]
-        constants = {"M": modes, "C": width, "H": hidden, "HC": math.gcd(HEAD_HIDDEN_CHUNK, hidden), "BLOCK": block,
-                     "IEEE": ieee,  # as on a GPU:
-                     "APPROX": bool(APPROX_COS) and not ieee, "ROUND": bool(ROUND_TF32) and not ieee}
+        constants = {"M": modes, "C": width, "H": hidden, "HC": _hidden_chunk(hidden), "BLOCK": block, "IEEE": ieee,
+                     "APPROX": _approx_cos(ieee, gpu=True), "ROUND": _round_tf32(ieee, gpu=True)}
         signature, constexprs = {}, {}
         for i, param in enumerate(fn.params):
             if param.is_constexpr:
@@ -446,7 +461,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
             h, weight, bias, out_weight, grad, dh, p, C=c, H=hidden, BLOCK=block, IEEE=ieee, ROUND=_round_tf32(ieee),
             num_warps=warps)
         block, warps = launches()["_head_weight_grad_kernel"]
-        units = math.gcd(HEAD_HIDDEN_CHUNK, hidden)  # divides the hidden width (a power of two times 4 in PIC1D)
+        units = _hidden_chunk(hidden)
         torch.library.wrap_triton(_head_weight_grad_kernel)[(b, chunks, hidden // units)](
             h, weight, bias, out_weight, grad, dw, dbias, dv, p, chunk, C=c, H=hidden, HC=units, BLOCK=block,
             IEEE=ieee, ROUND=_round_tf32(ieee), num_warps=warps)
