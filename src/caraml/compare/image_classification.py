@@ -20,7 +20,6 @@ first (baseline):
   step_scope        the whole train step compiled and graphed as one (only when named)
   coord_descent     inductor's coordinate-descent tuning of every fused kernel (only when named)
   baseline_again    the baseline once more, caches warm: the spread between two processes (only when named)
-  max_pool_aten     max_pool_impl=aten: ATen's max-pool kernels under compile, the argmax stored (only when named)
 """
 
 from __future__ import annotations
@@ -95,8 +94,6 @@ ATTEMPTS = Group("resnet50-attempts", aliases=("issue23",), budget_s=330.0, poin
     Point("coord_descent", knobs={"inductor": {"coordinate_descent_tuning": True}}, expect_s=480, by_default=False),
     # the baseline once more (its caches warm): the spread of one point between two processes
     Point("baseline_again", expect_s=40, by_default=False),
-    # ATen's max-pool kernels under compile (argmax stored): inductor's max-pool backward took 1.48 ms a step
-    Point("max_pool_aten", ("max_pool_impl=aten",), expect_s=75, by_default=False),
 ))
 GROUPS = (ATTEMPTS,)
 MLPERF_IMAGES_PER_S = 7950  # ResNet50 training per H200 in MLPerf

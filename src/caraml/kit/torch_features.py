@@ -60,8 +60,6 @@ FSDP2 = Feature("the distributed optimizer (FSDP2)", "torch.distributed.fsdp.ful
                 "distributed_optimizer=off")
 COMPILE = Feature("torch.compile", "torch.compile", "2.0", "compile=none")
 GRAD_SCALER = Feature("gradient scaling (precision=fp16)", "torch.amp.GradScaler", "2.3", "precision=bf16 or fp32")
-CUSTOM_OP = Feature("ATen's max-pool kernels under torch.compile (max_pool_impl=aten)", "torch.library.custom_op",
-                    "2.4", "max_pool_impl=compiler")
 SDPA_KERNELS = Feature("a chosen attention kernel", "torch.nn.attention.sdpa_kernel", "2.3", "attention=auto")
 
 

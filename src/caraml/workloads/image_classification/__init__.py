@@ -72,8 +72,7 @@ def torch_features(cfg: ClassificationConfig, dims) -> tuple:
     if cfg.ipu:
         return ()
     scaled = cfg.precision == "fp16" or (cfg.grad_scaler == "caraml" and cfg.precision in HALF)
-    return (((tf.COMPILE,) if cfg.compile in TORCH_COMPILERS else ()) + ((tf.GRAD_SCALER,) if scaled else ())
-            + ((tf.CUSTOM_OP,) if cfg.max_pool_impl == "aten" else ()))
+    return ((tf.COMPILE,) if cfg.compile in TORCH_COMPILERS else ()) + ((tf.GRAD_SCALER,) if scaled else ())
 
 
 def build(cfg: ClassificationConfig, ctx):
@@ -124,5 +123,5 @@ WORKLOAD = register(Workload(
              Col("image_size", "ImageSize", "param:image_size", "int", default=False),
              Col("data", "Data", "param:data", default=False)),
     metrics=("math", "global_batch_size", "dataset", "throughput_convention", "caraml_images_per_s", "caraml_spread",
-             "caraml_epochs", "epochs", "ipu", "stem_padded", "max_pool_aten"),
+             "caraml_epochs", "epochs", "ipu", "stem_padded"),
 ))

@@ -78,11 +78,6 @@ class ClassificationBench:
             from caraml.workloads.image_classification.stem import pad_stem
 
             self.stem_padded = pad_stem(model, cfg.stem_pad_channels)
-        self.max_pool_aten = None
-        if cfg.max_pool_impl == "aten":
-            from caraml.workloads.image_classification.max_pool import use_aten_max_pool
-
-            self.max_pool_aten = use_aten_max_pool(model)
         model = model.to(device=device, memory_format=self.memory_format).train()
         self.criterion = torch.nn.CrossEntropyLoss()
         self.optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
@@ -182,8 +177,6 @@ class ClassificationBench:
                "dataset": self.cfg.dataset_label, "throughput_convention": STEADY}
         if self.stem_padded:
             out["stem_padded"] = self.stem_padded
-        if self.max_pool_aten:
-            out["max_pool_aten"] = self.max_pool_aten
         if self.epochs is not None:
             out.update(self.epochs.results())
         return out

@@ -23,7 +23,6 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 COMPILE_SCOPES = ("model", "step")
 DATA = ("synthetic-host", "synthetic-device")
 ENGINES = ("torch", "poptorch")
-MAX_POOL_IMPLS = ("compiler", "aten")
 
 
 @lru_cache(maxsize=1)
@@ -104,10 +103,6 @@ class ClassificationConfig:
                                      "count, its weight with zero input channels (the same math; 8: bf16 NHWC as "
                                      "cuDNN's tensor-core kernels take it, without cuDNN's own padding); 0: off",
                                      minimum=0, check=_check_stem_pad, identifies_at_default=False)
-    max_pool_impl: str = setting("compiler", "max-pool kernels: compiler (what torch.compile makes of them; eager runs "
-                                 "ATen's), aten (ATen's under torch.compile too: the argmax stored in the forward, "
-                                 "not found again in the backward; the same math)", choices=MAX_POOL_IMPLS,
-                                 identifies_at_default=False)
 
     @property
     def ipu(self) -> bool:
@@ -135,9 +130,6 @@ def check_combination(cfg: ClassificationConfig) -> str | None:
         if cfg.stem_pad_channels:
             return (f"stem_pad_channels={cfg.stem_pad_channels} shapes the stem for cuDNN (engine=torch); use "
                     "stem_pad_channels=0 with engine=poptorch")
-        if cfg.max_pool_impl != "compiler":
-            return (f"max_pool_impl={cfg.max_pool_impl} chooses PyTorch's kernels (engine=torch); use "
-                    "max_pool_impl=compiler with engine=poptorch")
         return None
     if cfg.precision in IPU_PRECISIONS:
         return f"precision={cfg.precision} is a Graphcore IPU precision; it needs engine=poptorch"
