@@ -340,6 +340,10 @@ def summary_lines(summ: dict) -> list[str]:
                       ("ours_over_neuralop", "ours / neuraloperator (samples/s):")):
         if summ.get(key):
             lines.append(f"{what} {json.dumps({k: round(v, 3) for k, v in summ[key].items()})}")
+    start = summ.get("pic1d_best_compiled_over_start")
+    if start:
+        lines.append(f"PIC1D best compiled / start: {start['best']:.1f} / {start['start']['samples_per_s']:.1f} = "
+                     f"{start['ratio']:.3f} (start: {start['start']['from']})")
     lines.append(f"goals: {json.dumps(summ['goals'])}")
     for name, row in summ["data_paths"].items():
         lines.append(f"{name:<40} steady {row['steady_samples_per_s'] or 0:10.1f}/s  CARAML Timesteps/s "

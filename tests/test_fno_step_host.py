@@ -123,6 +123,9 @@ def test_bench_script_layout_check_compares_pic1d_layouts():
     summary = fno_points.summary({**by, "PIC1D_layout_check": row})
     assert summary["pic1d_channels_last_over_first"] == pytest.approx({"eager": 900 / 700, "compiled": 2500 / 1200})
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True
+    assert summary["pic1d_best_compiled_over_start"] == {
+        "best": 2500.0, "ratio": pytest.approx(2500 / 1200),
+        "start": {"samples_per_s": 1200.0, "from": "channels-first compiled, this call"}}
     assert summary["goals"]["pic1d_layouts_equal_within_1e-4"] == {"highest": True, "high": True}
 
 
@@ -154,6 +157,13 @@ def test_pic1d_triton_summary_pairs_processes_and_bounds_tf32_by_its_own_error()
     assert summary["goals"]["pic1d_triton_fused_equal_within_1e-4"] is True
     assert summary["goals"]["pic1d_triton_fused_within_tf32_error"] is None  # its own checks did not run (a CPU)
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True  # 2,420 >= 2 x 1,193
+    assert summary["pic1d_best_compiled_over_start"]["start"]["from"] == "the H200's before channels-last"
+    # the start measured in the same call (on that card) is the one the goal takes
+    slower_card = {"PIC1D_caraml_channels_first_compiled": {"status": "ok", "samples_per_s": 1300.0}}
+    summary = fno_points.summary({**by, **slower_card, **{n: {"status": "ok", "samples_per_s": v}
+                                                          for n, v in fused.items()}})
+    assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is False  # 2,420 < 2 x 1,300
+    assert summary["pic1d_best_compiled_over_start"]["ratio"] == pytest.approx(2420 / 1300)
 
 
 @pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])

@@ -92,11 +92,12 @@ _LOOPS = {
     "RBC3D_neuralop_compiled": _p("RBC3D", lib="neuralop", compile="default"),
     "PIC1D_caraml_eager": _c("PIC1D"),
     "PIC1D_caraml_compiled": _c("PIC1D", "compile=inductor"),
-    # the plain loop at the PIC points (caraml/plain), the same operators and data shapes
+    # the plain loop at the PIC points (caraml/plain), the same operators and data shapes; compiled in the mode
+    # `caraml run compile=inductor` takes by default (reduce-overhead: CUDA graphs), so that the two are twins
     "PIC1D_plain_eager": _p("PIC1D"),
-    "PIC1D_plain_compiled": _p("PIC1D", compile="default"),
+    "PIC1D_plain_compiled": _p("PIC1D", compile="reduce-overhead"),
     "PIC2D_plain_matrix_eager": _p("PIC2D", nufft_backend="matrix"),
-    "PIC2D_plain_matrix_compiled": _p("PIC2D", nufft_backend="matrix", compile="default"),
+    "PIC2D_plain_matrix_compiled": _p("PIC2D", nufft_backend="matrix", compile="reduce-overhead"),
     # PIC1D's layout before (channels-first: [B, C, P], a forward and an inverse Vandermonde matrix)
     "PIC1D_caraml_channels_first_eager": _c("PIC1D", "dse_layout=channels-first"),
     "PIC1D_caraml_channels_first_compiled": _c("PIC1D", "dse_layout=channels-first", "compile=inductor"),
@@ -112,7 +113,7 @@ _LOOPS = {
     "PIC1D_caraml_triton_fused_eager": _c("PIC1D", "dse_backend=triton-fused"),
     "PIC1D_triton_fused_check": {"problem": "PIC1D", "layout_check": True, "dse_backends": ["triton-fused"]},
     "PIC1D_caraml_triton_fused_compiled_again": _c("PIC1D", "compile=inductor", "dse_backend=triton-fused"),
-    "PIC1D_plain_triton_fused_compiled": _p("PIC1D", compile="default", dse_backend="triton-fused"),
+    "PIC1D_plain_triton_fused_compiled": _p("PIC1D", compile="reduce-overhead", dse_backend="triton-fused"),
     "PIC1D_plain_triton_fused_eager": _p("PIC1D", dse_backend="triton-fused"),  # its compiled twin's eager
     "PIC2D_caraml_eager": _c("PIC2D"),
     "PIC2D_caraml_compiled": _c("PIC2D", "compile=inductor"),
@@ -271,7 +272,8 @@ def _pic2d_goals(by: dict, out: dict) -> None:
 
 
 def _pic1d_goals(by: dict, out: dict) -> None:
-    """PIC1D channels-last (now) over channels-first (before); the goal: compiled >= 2 x 1,193 samples/s."""
+    """PIC1D channels-last (now) over channels-first (before); the goal: the best compiled >= 2 x the start
+    (channels-first compiled: 1,193 samples/s on the H200, or that point's figure in the same call)."""
     for scope in ("eager", "compiled"):
         now, before = _rate(by, f"PIC1D_caraml_{scope}"), _rate(by, f"PIC1D_caraml_channels_first_{scope}")
         if now and before:
@@ -295,8 +297,12 @@ def _pic1d_goals(by: dict, out: dict) -> None:
             own = [ok for k, ok in check.get("within_tf32_error", {}).items() if k.startswith(f"high, {backend}")]
             out["goals"][f"pic1d_{name}_within_tf32_error"] = all(own) if own else None
     best = max((r for backend_rates in rates.values() for r in backend_rates), default=None)
-    if best:
-        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = best >= 2 * PIC1D_START
+    if best:  # the start measured in this call, on this card, where it ran; else the H200's figure from before
+        here = _rate(by, "PIC1D_caraml_channels_first_compiled")
+        start = {"samples_per_s": here or PIC1D_START,
+                 "from": "channels-first compiled, this call" if here else "the H200's before channels-last"}
+        out["pic1d_best_compiled_over_start"] = {"best": best, "start": start, "ratio": best / start["samples_per_s"]}
+        out["goals"]["pic1d_compiled_at_least_2x_issue_start"] = best >= 2 * start["samples_per_s"]
 
 
 def summary(by: dict) -> dict:
