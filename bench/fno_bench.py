@@ -38,6 +38,8 @@ gradients on one batch in this process (matmul precision highest and high), agai
 plain loop at PIC1D channels-last (caraml/plain). `--group pic1d-triton` (budget 240 s): PIC1D compiled with
 dse_backend=triton against matmul, each twice in alternation, `PIC1D_triton_check` (the kernels' output and weight
 gradients against channels-first, eager under highest and high, compiled under high), then both eager.
+`--group pic1d-triton-fused` (budget 300 s): the same for dse_backend=triton-fused, after channels-first compiled
+(the start the goal's 2 x is taken from, on this card), and the plain loop on the same kernels.
 
 The data-path points (data_*: `caraml run fno` over CARAML's loader path, data=file from a file written first with
 `caraml data fno-synthetic`, and data=synthetic-host, beside data=synthetic on the device) give CARAML-convention
