@@ -157,13 +157,20 @@ def test_pic1d_triton_summary_pairs_processes_and_bounds_tf32_by_its_own_error()
     assert summary["goals"]["pic1d_triton_fused_equal_within_1e-4"] is True
     assert summary["goals"]["pic1d_triton_fused_within_tf32_error"] is None  # its own checks did not run (a CPU)
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is True  # 2,420 >= 2 x 1,193
-    assert summary["pic1d_best_compiled_over_start"]["start"]["from"] == "the H200's before channels-last"
+    assert summary["pic1d_best_compiled_over_start"]["start"] == {"samples_per_s": 1193.0,
+                                                                  "from": "the H200's before channels-last"}
     # the start measured in the same call (on that card) is the one the goal takes
     slower_card = {"PIC1D_caraml_channels_first_compiled": {"status": "ok", "samples_per_s": 1300.0}}
     summary = fno_points.summary({**by, **slower_card, **{n: {"status": "ok", "samples_per_s": v}
                                                           for n, v in fused.items()}})
     assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is False  # 2,420 < 2 x 1,300
     assert summary["pic1d_best_compiled_over_start"]["ratio"] == pytest.approx(2420 / 1300)
+    # asked for in the call and failed: no verdict, rather than one against another card's start
+    failed = {"PIC1D_caraml_channels_first_compiled": {"status": "timeout", "samples_per_s": None}}
+    fused_rows = {n: {"status": "ok", "samples_per_s": v} for n, v in fused.items()}
+    summary = fno_points.summary({**by, **failed, **fused_rows})
+    assert summary["goals"]["pic1d_compiled_at_least_2x_issue_start"] is None
+    assert "pic1d_best_compiled_over_start" not in summary
 
 
 @pytest.mark.parametrize("name", ["PIC1D_plain_eager", "PIC2D_plain_matrix_eager"])
@@ -186,6 +193,22 @@ def test_bench_script_plain_loop_runs_caramls_pic_operators(name):
         assert model.transform.backend == "matrix"
     by = {name: {"status": "ok", "samples_per_s": 100.0}, twin: {"status": "ok", "samples_per_s": 99.0}}
     assert fno_points.summary(by)["caraml_over_plain"] == {twin: pytest.approx(0.99)}
+    compiled, compiled_twin = name.replace("_eager", "_compiled"), twin.replace("_eager", "_compiled")
+    by = {compiled: {"status": "ok", "samples_per_s": 100.0}, compiled_twin: {"status": "ok", "samples_per_s": 99.0}}
+    assert fno_points.summary(by)["caraml_over_plain"] == {compiled_twin: pytest.approx(0.99)}  # both graphed
+
+
+def test_caraml_over_plain_pairs_only_twins_compiled_in_the_same_mode():
+    """caraml run compile=inductor replays CUDA graphs (reduce-overhead, its default): a plain loop compiled in mode
+    default is no twin of it, one in reduce-overhead is; eager pairs with eager."""
+    rates = {"RBC2D_caraml_compiled": 8325.0, "RBC2D_plain_compiled": 3526.0,  # mode default: no twin
+             "RBC2D_caraml_reduce_overhead": 8300.0, "RBC2D_plain_reduce_overhead": 8350.0,
+             "RBC2D_caraml_eager": 2765.0, "RBC2D_plain_eager": 2999.0}
+    by = {name: {"status": "ok", "samples_per_s": v} for name, v in rates.items()}
+    summary = fno_points.summary(by)
+    assert summary["caraml_over_plain"] == {"RBC2D_caraml_reduce_overhead": pytest.approx(8300 / 8350),
+                                            "RBC2D_caraml_eager": pytest.approx(2765 / 2999)}
+    assert summary["goals"]["caraml_at_least_0.98_plain"] is False  # eager: 0.922
 
 
 @pytest.mark.subprocess
