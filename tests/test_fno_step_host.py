@@ -229,3 +229,15 @@ def test_each_profile_variant_compiles_on_its_own_inductor_cache(tmp_path):
     caches = [rows[name]["inductor_cache"] for name in ("a", "b")]
     assert all(caches) and caches[0] != caches[1]
     assert not any(Path(c).exists() for c in caches)  # removed after its variant
+
+
+def test_the_bench_script_prints_the_pic1d_start_it_took():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import fno_bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    rates = {"PIC1D_caraml_channels_first_compiled": 968.1, "PIC1D_caraml_triton_fused_compiled": 2507.4}
+    lines = fno_bench.summary_lines(fno_points.summary({n: {"status": "ok", "samples_per_s": v}
+                                                        for n, v in rates.items()}))
+    assert "PIC1D best compiled / start: 2507.4 / 968.1 = 2.590 (start: channels-first compiled, this call)" in lines
