@@ -226,12 +226,14 @@ def _eager_twin(name: str, spec: dict) -> str:
 
 
 def _compile_mode(spec: dict) -> str | None:
-    """The torch.compile mode a point runs (None: eager): a plain loop's own, or `caraml run`'s (reduce-overhead
-    unless the point names one)."""
+    """The torch.compile mode a point runs (None: eager): a plain loop's own, or the one `caraml run` resolves for
+    the point's preset and parameters."""
     if "caraml" not in spec:
         return spec["compile"]
-    params = dict(p.split("=", 1) for p in spec["caraml"])
-    return params.get("compile_mode", "reduce-overhead") if params.get("compile", "none") != "none" else None
+    from caraml.runner import RunSpec, resolve
+
+    cfg = resolve(RunSpec("fno", dict(p.split("=", 1) for p in spec["caraml"]), preset=spec["problem"])).config
+    return cfg.compile_mode if cfg.compile != "none" else None
 
 
 def _ratios(by: dict, out: dict) -> None:

@@ -115,6 +115,7 @@ if triton is not None and hasattr(torch.library, "triton_op"):  # else unavailab
 
     @triton.jit
     def _dot(a, b, acc, IEEE: tl.constexpr):
+        """a b + acc on the tensor cores: IEEE float32, else TF32 (its operands rounded by _tf32 where made)."""
         return tl.dot(a, b, acc, input_precision="ieee" if IEEE else "tf32")
 
     @triton.jit
