@@ -241,3 +241,10 @@ def test_the_bench_script_prints_the_pic1d_start_it_took():
     lines = fno_bench.summary_lines(fno_points.summary({n: {"status": "ok", "samples_per_s": v}
                                                         for n, v in rates.items()}))
     assert "PIC1D best compiled / start: 2507.4 / 968.1 = 2.590 (start: channels-first compiled, this call)" in lines
+
+
+def test_the_plain_loop_refuses_the_kernel_backends_where_caraml_run_does():
+    from caraml.errors import BadInput
+
+    with pytest.raises(BadInput, match=r"^fno: dse_backend=triton-fused runs on CUDA GPUs .*use dse_backend=matmul"):
+        fno_plain.plain_setup(fno_points.POINTS["PIC1D_plain_triton_fused_compiled"], SMOKE_RUN)

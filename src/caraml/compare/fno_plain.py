@@ -82,7 +82,9 @@ def plain_setup(spec: dict, where: FNORun):
     """(run(i): one training step, sync(), samples per step, model) for a plain-loop point."""
     import torch
 
+    from caraml.errors import BadInput
     from caraml.workloads.fno.bench import loss_fn
+    from caraml.workloads.fno.model import dse_backend_misfit
     from caraml.workloads.fno.problems import PROBLEMS
 
     torch._dynamo.reset()
@@ -96,6 +98,9 @@ def plain_setup(spec: dict, where: FNORun):
     size = SMOKE[pb.name] if where.smoke else {"width": pb.width, "modes": pb.modes, "grid": pb.grid,
                                                "particles": pb.particles, "batch": pb.batch_size}
     spatial = size["grid"] if pb.kind == "grid" else (size["particles"],)
+    misfit = dse_backend_misfit(spec.get("dse_backend", "matmul"), device, size["modes"][0], size["width"])
+    if misfit:  # as `caraml run` refuses it
+        raise BadInput(misfit)
     model = _model(spec, pb, size, spatial, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=pb.lr, weight_decay=1e-5)
     batches = [(torch.randn(size["batch"], pb.in_channels, *spatial, device=device),

@@ -29,7 +29,7 @@ from caraml.kit.step import backward_and_step
 from caraml.measure.timing import figure_spread
 from caraml.workloads.fno import files, flops
 from caraml.workloads.fno.config import COMPILE_MODES, FNOConfig
-from caraml.workloads.fno.model import build_model, count_parameters, dse_kernels
+from caraml.workloads.fno.model import build_model, count_parameters, dse_backend_misfit
 from caraml.workloads.fno.problems import (
     CARAML_CONFIG_FILES,
     STEP_LR,
@@ -191,11 +191,9 @@ class FNOBench:
         """The operator for the data's grid or particles (checked against the kept modes), its FLOPs counted on the
         meta device, on the device and, with several processes, under DDP."""
         cfg, pb, spatial = self.cfg, self.problem, self.data.spatial
-        if cfg.dse_backend != "matmul":  # where the kernels can run: a CUDA GPU, Triton, the tensor cores' tiles
-            misfit = ("runs on CUDA GPUs (Triton's kernels); use dse_backend=matmul here"
-                      if self.device.type != "cuda" else dse_kernels().unavailable(cfg.kept_modes[0], cfg.width))
-            if misfit:
-                raise BadInput(f"fno: dse_backend={cfg.dse_backend} {misfit}")
+        misfit = dse_backend_misfit(cfg.dse_backend, self.device, cfg.kept_modes[0], cfg.width)
+        if misfit:
+            raise BadInput(misfit)
         misfit = modes_misfit(pb.kind, cfg.kept_modes, spatial)
         if misfit:
             raise BadInput(f"fno: {pb.name} with modes={cfg.modes}: {misfit}")

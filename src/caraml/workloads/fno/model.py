@@ -299,6 +299,16 @@ def dse_kernels():
     return dse_triton
 
 
+def dse_backend_misfit(backend: str, device, modes: int, width: int) -> str | None:
+    """Why dse_backend=`backend` cannot run on `device` at these sizes (one line), or None: the kernels need a CUDA
+    GPU, Triton and the tensor cores' tiles."""
+    if backend == "matmul":
+        return None
+    misfit = ("runs on CUDA GPUs (Triton's kernels); use dse_backend=matmul here" if device.type != "cuda"
+              else dse_kernels().unavailable(modes, width))
+    return f"fno: dse_backend={backend} {misfit}" if misfit else None
+
+
 def _ieee() -> bool:
     """Whether float32 products stay float32 (matmul precision highest) rather than TF32, as cuBLAS is told. Not
     kit.precision.matmul_tf32_allowed: torch.compile cannot trace get_float32_matmul_precision, this flag it can."""
