@@ -69,4 +69,4 @@ def test_an_unknown_only_name_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("ic_bench: unknown point(s) nope in group resnet50-attempts; choose from: "
                                    "baseline, stem_pad, cudnn_all_algos, conv1x1_as_mm, stem_pad4, autotune_convs, "
-                                   "batch512, step_scope, coord_descent, baseline_again")
+                                   "batch512, step_scope, coord_descent, coord_descent_b512, baseline_again")

@@ -264,7 +264,7 @@ def test_compile_report_asks_to_stop_at_every_iteration():
 def test_compile_report_rows_time_iterations_3_to_5_and_speed_up_over_eager():
     """Iterations timed by a fake (torch.compile is lazy: nothing compiles): eager 4 s, each mode 1 s after a
     slow first call, so every compiled row is 4x eager and the mean leaves the first two iterations out."""
-    from caraml.workloads.fno.config import COMPILE_MODES
+    from caraml.kit.compile import COMPILE_MODES
 
     bench = _smoke_bench(mode="eval", compile_report="on")
     timed = {False: [9.0, 8.0, 3.0, 4.0, 5.0], True: [60.0, 7.0, 0.5, 1.0, 1.5]}

@@ -1,16 +1,34 @@
-"""torch.compile's options from a workload's `compile` and `compile_mode` parameters."""
+"""torch.compile's options from a workload's `compile`, `compile_mode` and `compile_tuning` parameters."""
 
 from __future__ import annotations
 
 TORCH_COMPILERS = ("inductor", "aot_eager")  # compile= values that go through torch.compile
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# coordinate-descent: inductor times each generated Triton kernel's launch (block sizes, warps) and keeps the
+# fastest; a reduction's block size sets its summation order, so results differ by rounding: a choice, not a default
+COMPILE_TUNINGS = ("none", "coordinate-descent")
 
 
-def compile_options(compiler: str, mode: str = "default") -> dict:
-    """Keyword arguments of torch.compile: the backend, and inductor's mode unless it is the default."""
-    options = {"backend": compiler}
-    if compiler == "inductor" and mode != "default":
-        options["mode"] = mode
+def compile_options(compiler: str, mode: str = "default", tuning: str = "none") -> dict:
+    """Keyword arguments of torch.compile: the backend, inductor's mode unless it is the default, and the tuning.
+    torch.compile takes a mode or inductor's options, not both: with a tuning, the mode is spelled out as the
+    options it stands for (torch._inductor.list_mode_options) and the tuning's option added."""
+    options: dict = {"backend": compiler}
+    if compiler != "inductor":
+        return options
+    if tuning == "none":
+        if mode != "default":
+            options["mode"] = mode
+        return options
+    from torch._inductor import list_mode_options
+
+    options["options"] = {**list_mode_options(mode), "coordinate_descent_tuning": True}
     return options
+
+
+def inductor_only(values: dict) -> bool:
+    """Whether compile_mode and compile_tuning apply: they are inductor's."""
+    return values.get("compile") == "inductor"
 
 
 GRAPHS = "<graphs>"  # graph_break_counts' entry for the graphs dynamo made (no reason of dynamo's looks like it)

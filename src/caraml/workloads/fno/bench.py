@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from caraml.contract import BenchInfo, RunContext
 from caraml.errors import BadInput
-from caraml.kit.compile import compile_options
+from caraml.kit.compile import COMPILE_MODES, compile_options
 from caraml.kit.data_parallel import wrap_ddp
 from caraml.kit.epochs import EpochTimes, run_epochs
 from caraml.kit.optim import kernel_flags
@@ -28,7 +28,7 @@ from caraml.kit.precision import autocast, grad_scaler, matmul_tf32_allowed, pre
 from caraml.kit.step import backward_and_step
 from caraml.measure.timing import figure_spread
 from caraml.workloads.fno import files, flops
-from caraml.workloads.fno.config import COMPILE_MODES, FNOConfig
+from caraml.workloads.fno.config import FNOConfig
 from caraml.workloads.fno.model import build_model, count_parameters, dse_backend_misfit
 from caraml.workloads.fno.problems import (
     CARAML_CONFIG_FILES,
@@ -236,7 +236,7 @@ class FNOBench:
         return {"per_sample": counted["total"] / 2, "fft_per_sample": counted["fft"] / 2}
 
     def _set_up_steps(self) -> None:
-        """The train and inference steps, compiled as compile_scope says (compile=inductor)."""
+        """The train and inference steps, compiled as compile_scope says (compile=inductor|aot_eager)."""
         cfg = self.cfg
         self.forward = self.model
         self._train = self._train_step
@@ -245,7 +245,7 @@ class FNOBench:
             return
         if not cfg.complex_weights:  # FFTs are library calls however they are compiled: the warning misleads
             warnings.filterwarnings("ignore", message="Torchinductor does not support code generation for complex")
-        options = compile_options(cfg.compile, cfg.compile_mode)
+        options = compile_options(cfg.compile, cfg.compile_mode, cfg.compile_tuning)
         if cfg.compile_scope == "pointwise":
             self.raw_model.exclude_spectral_from_compile()
         if cfg.compile_scope in ("model", "pointwise"):
@@ -288,7 +288,7 @@ class FNOBench:
             return self.forward(x)
 
     def _mark(self) -> None:
-        if self.cfg.compiled:  # CUDA graphs (reduce-overhead, max-autotune): a new iteration starts here
+        if self.cfg.compile == "inductor":  # CUDA graphs (reduce-overhead, max-autotune): a new iteration here
             torch.compiler.cudagraph_mark_step_begin()
 
     def step(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from caraml.errors import BadInput
+from caraml.kit.compile import COMPILE_MODES, COMPILE_TUNINGS, TORCH_COMPILERS, inductor_only
 from caraml.params import read_config, setting
 from caraml.workloads.fno.problems import (
     DSE_BACKENDS,
@@ -21,11 +22,9 @@ from caraml.workloads.fno.problems import (
     with_operator,
 )
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
 
 def _compiled(values: dict) -> bool:
-    """compile_mode and compile_scope apply only where something is compiled."""
+    """compile_scope applies only where something is compiled."""
     return values.get("compile", "none") != "none"
 
 
@@ -103,12 +102,17 @@ class FNOConfig:
                                             "ComplexMixedPrecision; CUDA, power-of-two FFT sizes)")
     complex_weights: bool = setting(False, "keep spectral weights as torch.cfloat with complex einsums (the classic "
                                     "implementation, for comparison); off: real weights and real matmuls (compiles)")
-    compile: str = setting("none", "none (eager) or inductor (torch.compile)", choices=("none", "inductor"),
-                           headline=True)
+    compile: str = setting("none", "none (eager), inductor (torch.compile), aot_eager (torch.compile's tracing "
+                           "and autograd without code generation: graph breaks and tracing apart from inductor)",
+                           choices=("none", *TORCH_COMPILERS), headline=True)
     # reduce-overhead by default: an FNO step is hundreds of small kernels, and CUDA graphs replay them as one
     # (RBC2D training on an H200: 2.5x eager, where mode default gave 1.06x). CARAML's suite names its modes.
     compile_mode: str = setting("reduce-overhead", "torch.compile mode for compile=inductor (reduce-overhead: CUDA "
-                                "graphs)", choices=COMPILE_MODES, headline=True, applies=_compiled)
+                                "graphs)", choices=COMPILE_MODES, headline=True, applies=inductor_only)
+    compile_tuning: str = setting("none", "compile=inductor: coordinate-descent times each generated kernel's "
+                                  "launch configuration and keeps the fastest (minutes more compiling; sums may "
+                                  "round differently)", choices=COMPILE_TUNINGS, identifies_at_default=False,
+                                  applies=inductor_only)
     compile_scope: str = setting("model", "model (the whole operator, FFTs included), pointwise (FFTs and spectral "
                                  "products left eager), step (the whole train step with Adam), epoch (step, and "
                                  "CARAML's whole train epoch as its torch.compile(self.train))",
@@ -168,7 +172,7 @@ class FNOConfig:
 
     @property
     def compiled(self) -> bool:
-        return self.compile == "inductor"
+        return self.compile in TORCH_COMPILERS
 
     @property
     def loader(self) -> bool:

@@ -99,7 +99,7 @@ class ClassificationBench:
         self.model = wrap_ddp(model, self.device, self.dist.world_size, gradient_as_bucket_view=True)
         self._train = self._train_step
         if cfg.compile in TORCH_COMPILERS:
-            options = compile_options(cfg.compile, cfg.compile_mode)
+            options = compile_options(cfg.compile, cfg.compile_mode, cfg.compile_tuning)
             if cfg.compile_scope == "model":
                 self.model = torch.compile(self.model, **options)
             else:

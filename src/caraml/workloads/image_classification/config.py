@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from caraml.kit.compile import TORCH_COMPILERS
+from caraml.kit.compile import COMPILE_MODES, COMPILE_TUNINGS, inductor_only
 from caraml.kit.optim import KERNELS
 from caraml.params import setting
 
@@ -19,7 +19,6 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 IPU_PRECISIONS = ("16.16", "16.32", "32.32")  # graphcore train.py's model.partials precisions
 CONVENTIONS = ("steady", "caraml-epochs")
 COMPILERS = ("none", "inductor", "aot_eager", "trace")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_SCOPES = ("model", "step")
 DATA = ("synthetic-host", "synthetic-device")
 ENGINES = ("torch", "poptorch")
@@ -58,7 +57,11 @@ class ClassificationConfig:
     compile: str = setting("none", "none, inductor (torch.compile), aot_eager, trace (TorchScript)", choices=COMPILERS,
                            headline=True)
     compile_mode: str = setting("default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES,
-                                headline=True, applies=lambda values: values.get("compile") in TORCH_COMPILERS)
+                                headline=True, applies=inductor_only)
+    compile_tuning: str = setting("none", "compile=inductor: coordinate-descent times each generated kernel's "
+                                  "launch configuration and keeps the fastest (minutes more compiling; sums may "
+                                  "round differently)", choices=COMPILE_TUNINGS, identifies_at_default=False,
+                                  applies=inductor_only)
     compile_scope: str = setting("model", "compile the model, or the whole train step", choices=COMPILE_SCOPES)
     channels_last: bool = setting(False, "NHWC memory format for model and inputs", headline=True)
     data: str = setting("synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",

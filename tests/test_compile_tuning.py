@@ -1,0 +1,74 @@
+"""compile_tuning=coordinate-descent: inductor's mode spelled out as its options with the tuning added (torch.compile
+takes one or the other), the same numbers on the CPU, and a parameter of every workload with a compile mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from caraml.kit.compile import COMPILE_MODES, compile_options
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_the_tuning_keeps_what_the_mode_turns_on(mode):
+    from torch._inductor import list_mode_options
+
+    plain = compile_options("inductor", mode)
+    tuned = compile_options("inductor", mode, "coordinate-descent")
+    assert "options" not in plain and plain.get("mode", "default") == mode
+    assert "mode" not in tuned and tuned["backend"] == "inductor"
+    assert tuned["options"] == {**list_mode_options(mode), "coordinate_descent_tuning": True}
+    # CUDA graphs stay where the mode has them (reduce-overhead, max-autotune)
+    assert tuned["options"].get("triton.cudagraphs", False) == (mode in ("reduce-overhead", "max-autotune"))
+
+
+def test_other_compilers_take_no_inductor_options():
+    assert compile_options("aot_eager", "reduce-overhead", "coordinate-descent") == {"backend": "aot_eager"}
+    assert compile_options("inductor") == {"backend": "inductor"}
+
+
+@pytest.mark.subprocess  # inductor builds C++ on the CPU
+def test_a_tuned_compile_gives_the_same_output_and_gradients_on_the_cpu():
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+
+    def grads(fn):
+        model.zero_grad()
+        out = fn(x)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+    torch._dynamo.reset()
+    plain_out, plain_grads = grads(torch.compile(model, **compile_options("inductor")))
+    torch._dynamo.reset()
+    tuned_out, tuned_grads = grads(torch.compile(model, **compile_options("inductor", "default",
+                                                                          "coordinate-descent")))
+    torch._dynamo.reset()
+    assert torch.equal(plain_out, tuned_out)
+    assert all(torch.equal(a, b) for a, b in zip(plain_grads, tuned_grads))
+
+
+@pytest.mark.parametrize("workload", ["image_classification", "fno"])
+def test_compile_mode_and_tuning_apply_to_inductor_only(workload):
+    from caraml import workloads
+
+    params = {p.name: p for p in workloads.get(workload).params}
+    tuning = params["compile_tuning"]
+    assert tuning.default == "none" and tuning.choices == ("none", "coordinate-descent")
+    for name in ("compile_mode", "compile_tuning"):
+        assert params[name].applies_to({"compile": "inductor"})
+        assert not params[name].applies_to({"compile": "none"})
+        assert not params[name].applies_to({"compile": "aot_eager"})
+
+
+@pytest.mark.subprocess
+def test_a_misspelt_tuning_is_refused_in_one_line(tmp_path):
+    from conftest import caraml
+
+    proc = caraml("run", "image_classification", "--preset", "smoke", "compile=inductor",
+                  "compile_tuning=coordinate", "--results", tmp_path, check=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "compile_tuning=coordinate" in lines[0] and "coordinate-descent" in lines[0]
