@@ -12,8 +12,8 @@ point's tokens/s is a ratio to its group's base at its micro-batch; a summary ro
     fp8_wide          the 13B's width on one GPU (8 layers, 5120 wide, ffn 20480, 32 heads), micro-batch 4: bf16 | fp8
     fp8_loss          200 iterations of OSCAR-shaped data, micro-batch 4: bf16 | fp8 | bf16 with each batch in two
                       micro-batches (the noise: rounding alone); each point's mean loss over its last iterations
-    levers            micro-batch 16, bf16: plain | fused_loss=chunked | fused_loss=liger | fused_norm_residual |
-                      gelu_epilogue (by expected gain)
+    levers            micro-batch 16, bf16: plain | compile_tuning=coordinate-descent | fused_loss=chunked |
+                      fused_loss=liger | fused_norm_residual | gelu_epilogue (by expected gain)
 
 The points themselves are the caller's (`points`: caraml_point, plain_fp8_point, data_prefix, liger_problem), so
 that the scheduling and the arithmetic here run without a GPU.
@@ -36,7 +36,8 @@ SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, 
 # instead of CARAML's 216,320 samples (the lr would stay below 4e-7 for all 200) and flat after it.
 LOSS = {"steps": 200, "micro": 4, "lr_warmup_samples": "64"}
 # by expected gain, so that a budget cut loses the least promising; liger only where it imports
-LEVERS = ("fused_loss=chunked", "fused_loss=liger", "fused_norm_residual=true", "gelu_epilogue=true")
+LEVERS = ("compile_tuning=coordinate-descent", "fused_loss=chunked", "fused_loss=liger", "fused_norm_residual=true",
+          "gelu_epilogue=true")
 FP8_POINTS = ("fp8_800m", "fp8_800m_recipes", "fp8_wide", "fp8_loss")
 GROUPS = FP8_POINTS + ("levers",)
 # Seconds a point takes on the H200 (process start, compilation, warm-up, 20 measured steps; the first H200 runs'

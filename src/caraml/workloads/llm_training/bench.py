@@ -98,7 +98,8 @@ class GPTBench:
         """This rank's stage, tensor-parallel and compiled, then data-parallel; the tied embedding's copy and its
         group across the first and last stage; the parameters trained; forward and loss, compiled or not."""
         self.compile_scope = self._compile_scope()
-        options = compile_options(self.cfg.compute.compile) if self.compile_scope else None
+        compute = self.cfg.compute
+        options = compile_options(compute.compile, tuning=compute.compile_tuning) if self.compile_scope else None
         self.fast = FastPaths(self.cfg.compute, self.device)
         model = parallel.build_stage(self.model_cfg, self.dims, self.plan, self.device, self.seed,
                                      options if self.compile_scope == "block" else None,
