@@ -72,3 +72,35 @@ def test_a_misspelt_tuning_is_refused_in_one_line(tmp_path):
                   "compile_tuning=coordinate", "--results", tmp_path, check=2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "compile_tuning=coordinate" in lines[0] and "coordinate-descent" in lines[0]
+
+
+def test_a_tuned_or_aot_eager_fno_point_is_no_twin_of_a_plain_loop():
+    """bench/fno_bench.py pairs a caraml point with its plain loop only where both compile alike; the plain loops
+    compile with inductor's modes, untuned."""
+    from caraml.compare.fno_points import _c, _compile_mode, _p
+
+    plain = _compile_mode(_p("PIC1D", compile="reduce-overhead"))
+    assert _compile_mode(_c("PIC1D", "compile=inductor")) == plain == "reduce-overhead"
+    assert _compile_mode(_c("PIC1D", "compile=inductor", "compile_tuning=coordinate-descent")) != plain
+    assert _compile_mode(_c("PIC1D", "compile=aot_eager")) not in (plain, None)
+    assert _compile_mode(_c("PIC1D")) is None
+
+
+@pytest.mark.parametrize("workload, params", [
+    ("image_classification", {"compile_mode": "reduce-overhead"}),
+    ("fno", {}),
+    ("llm_training", {}),
+])
+def test_each_workload_hands_torch_compile_the_tuning(monkeypatch, workload, params):
+    """The parameter reaches torch.compile in every workload (recorded, not compiled: a CPU compile takes minutes)."""
+    import torch
+
+    from caraml.runner import RunSpec, build_bench
+
+    asked = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: asked.append(options) or fn)
+    spec = RunSpec(workload, {"compile": "inductor", "compile_tuning": "coordinate-descent", **params},
+                   preset="smoke" if workload != "fno" else "smoke-RBC2D")
+    build_bench(spec, device="cpu").close()
+    assert asked and all(o.get("options", {}).get("coordinate_descent_tuning") is True for o in asked)
+    assert all("mode" not in o for o in asked)

@@ -115,9 +115,8 @@ def test_a_point_measured_twice_in_a_run_is_reused(tmp_path):
     by, _ = _run(tmp_path, ["fp8_800m", "levers"], 3600.0, gpu)
     assert gpu.calls.count("fp8_800m/bf16@16") == 1 and "levers/plain" not in gpu.calls
     assert by["levers/plain"]["reused_from"] == "fp8_800m/bf16@16"
-    assert [n for n in gpu.calls if n.startswith("levers/")] == ["levers/compile_tuning", "levers/fused_loss",
-                                                                 "levers/fused_norm_residual",
-                                                                 "levers/gelu_epilogue"]
+    assert [n for n in gpu.calls if n.startswith("levers/")] == ["levers/fused_loss", "levers/fused_norm_residual",
+                                                                 "levers/gelu_epilogue", "levers/compile_tuning"]
 
 
 def test_the_loss_and_fast_accumulation_summaries(tmp_path, gpu):
@@ -145,6 +144,15 @@ def test_the_loss_group_runs_a_bf16_control_in_two_micro_batches_within_its_budg
     assert (jobs[0].micro, jobs[2].micro) == (4, 2)  # the same global batch of 4
     assert {f"lr={setup.loss_lr}", f"lr_warmup_samples={llm_groups.LOSS['lr_warmup_samples']}"} <= bf16
     assert sum(j.need_s(20) for j in jobs) <= 330
+
+
+def test_the_tuned_lever_runs_last_and_asks_for_its_compile_time(tmp_path):
+    """compile_tuning's compile takes minutes: it runs after every other point (late) and starts only with its
+    tuning's seconds left, so that it neither eats the others' budget nor dies compiling."""
+    jobs = {j.label: j for j in _jobs("levers", tmp_path)}
+    tuned, chunked = jobs["compile_tuning"], jobs["fused_loss"]
+    assert tuned.late and not chunked.late and "compile_tuning=coordinate-descent" in tuned.settings
+    assert tuned.need_s(20) == chunked.need_s(20) + llm_groups.NEED_S["tuned"]
 
 
 def test_the_plain_loop_with_torchao_float8_trains_the_same_model_on_the_cpu():

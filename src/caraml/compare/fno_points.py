@@ -233,7 +233,11 @@ def _compile_mode(spec: dict) -> str | None:
     from caraml.runner import RunSpec, resolve
 
     cfg = resolve(RunSpec("fno", dict(p.split("=", 1) for p in spec["caraml"]), preset=spec["problem"])).config
-    return cfg.compile_mode if cfg.compile != "none" else None
+    if cfg.compile == "none":
+        return None
+    if cfg.compile != "inductor" or cfg.compile_tuning != "none":  # no plain loop compiles so: no twin
+        return f"{cfg.compile} {cfg.compile_mode} tuning={cfg.compile_tuning}"
+    return cfg.compile_mode
 
 
 def _ratios(by: dict, out: dict) -> None:

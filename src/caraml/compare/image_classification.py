@@ -3,10 +3,10 @@
 resnet50-vs-plain: `caraml run` against a plain training loop (bench/plain_loop.py) at the same settings, the
 harness's own overhead; a point with knobs {"plain_loop": [...]} is the plain loop with those arguments.
 
-resnet50-attempts (formerly issue23): where the rest of the way from our best ResNet50 (6,963 images/s on the H200)
-to MLPerf's ≈ 7,950 per H200 goes; every point is its own process (bench/ic_point.py: caraml's Bench, built after
-its bench-only knobs are set), timed over a steady window, then profiled for one step. Each is compared with the
-first (baseline):
+resnet50-attempts (formerly issue23): where the rest of the way from caraml's ResNet50 (the baseline's
+6,762-6,963 images/s on the H200, 7,428 at best) to MLPerf's ≈ 7,950 per H200 goes; every point is its own process
+(bench/ic_point.py: caraml's Bench, built after its bench-only knobs are set), timed over a steady window, then
+profiled for one step. Each is compared with the first (baseline):
 
   baseline          compile=inductor compile_mode=reduce-overhead sgd_impl=fused, batch 256
   stem_pad          stem_pad_channels=8: the 7x7 stem on 8 channels (3 image channels and 5 zero ones, the same
@@ -92,7 +92,7 @@ ATTEMPTS = Group("resnet50-attempts", aliases=("issue23",), budget_s=330.0, poin
     # the whole train step (forward, backward, fused SGD) compiled and graphed as one: fewer graph edges
     Point("step_scope", ("compile_scope=step",), expect_s=100, by_default=False),
     # inductor tunes the launch of every fused kernel (the BatchNorm/ReLU/add kernels are 56 % of the step): on the
-    # H200 (2026-12-07) 253 s to the first measured step, 87 s with inductor's caches warm (same machine)
+    # H200 (2026-12-07) a first step of 253 s (the point's wall 276 s), 87 s with inductor's caches warm
     Point("coord_descent", (_TUNED,), expect_s=280, by_default=False),
     Point("coord_descent_b512", ("batch_size=512", _TUNED), expect_s=310, by_default=False),
     # the baseline once more (its caches warm): the spread of one point between two processes

@@ -51,7 +51,7 @@ class ClassificationBench:
         self.extra_phase = "caraml-epochs" if cfg.epochs_asked else None
         # The live line's loss: the last step's, kept by reference (no kernel, no sync) - except where CUDA graphs
         # replay the step (its output is overwritten by the next replay, and reading it then is an error).
-        self._keep_loss = not (cfg.compile in TORCH_COMPILERS and cfg.compile_mode in CUDA_GRAPH_MODES)
+        self._keep_loss = not (cfg.compile == "inductor" and cfg.compile_mode in CUDA_GRAPH_MODES)
         self._last_loss = None
         self._loss_readback = Readback()
 
