@@ -123,6 +123,19 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
+def describe_tree(proc: subprocess.Popen) -> str:
+    """Each process under `proc`, a line each: pid, state (R running, S sleeping, D in the kernel, Z ended), what
+    the kernel has it wait in, its command: what a test that found a command hanging says, before it kills it."""
+    lines = []
+    for pid in sorted(_tree(proc.pid)):
+        with contextlib.suppress(OSError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            lines.append(f"{pid} {state} {wchan} {command[:200]}")
+    return "\n".join(lines)
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL `proc` and every process under it, and reap it. Its process group alone is not all: torchrun starts
     each rank in a session of its own, and a rank's DataLoader workers come from its fork server. Each process found

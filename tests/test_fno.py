@@ -20,7 +20,7 @@ import time
 import handmade
 import pytest
 import torch
-from conftest import ROOT, caraml, cli_env, kill_tree, records_in, run_all, torchrun
+from conftest import ROOT, caraml, cli_env, describe_tree, kill_tree, records_in, run_all, torchrun
 
 PROBLEMS = ("PIC1D", "PIC2D", "RBC2D", "RBC3D")
 # CARAML's FNO table (CARAML-FACTS.md): in/out channels, width, modes, layers, batch size
@@ -325,7 +325,11 @@ def _interrupted_in_the_epochs(cmd, results) -> dict:
     try:
         assert stderr.wait_for("caraml: caraml-epochs", timeout=300), stderr.text()
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"no exit within 60 s of SIGTERM; its processes:\n{describe_tree(proc)}\n"
+                        f"its stderr:\n{stderr.text()}")
     finally:
         if proc.poll() is None:
             kill_tree(proc)
