@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from caraml.params import setting
+
 TORCH_COMPILERS = ("inductor", "aot_eager")  # compile= values that go through torch.compile
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # coordinate-descent: inductor times each generated Triton kernel's launch (block sizes, warps) and keeps the
@@ -29,6 +31,13 @@ def compile_options(compiler: str, mode: str = "default", tuning: str = "none") 
 def inductor_only(values: dict) -> bool:
     """Whether compile_mode and compile_tuning apply: they are inductor's."""
     return values.get("compile") == "inductor"
+
+
+def compile_tuning_setting():
+    """The `compile_tuning` parameter of a workload's config, one declaration for every workload that compiles."""
+    return setting("none", "compile=inductor: coordinate-descent times each generated kernel's launch configuration "
+                   "and keeps the fastest (minutes more compiling; sums may round differently)",
+                   choices=COMPILE_TUNINGS, identifies_at_default=False, applies=inductor_only)
 
 
 GRAPHS = "<graphs>"  # graph_break_counts' entry for the graphs dynamo made (no reason of dynamo's looks like it)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from caraml.errors import BadInput
-from caraml.kit.compile import COMPILE_MODES, COMPILE_TUNINGS, TORCH_COMPILERS, inductor_only
+from caraml.kit.compile import COMPILE_MODES, TORCH_COMPILERS, compile_tuning_setting, inductor_only
 from caraml.params import read_config, setting
 from caraml.workloads.fno.problems import (
     DSE_BACKENDS,
@@ -109,10 +109,7 @@ class FNOConfig:
     # (RBC2D training on an H200: 2.5x eager, where mode default gave 1.06x). CARAML's suite names its modes.
     compile_mode: str = setting("reduce-overhead", "torch.compile mode for compile=inductor (reduce-overhead: CUDA "
                                 "graphs)", choices=COMPILE_MODES, headline=True, applies=inductor_only)
-    compile_tuning: str = setting("none", "compile=inductor: coordinate-descent times each generated kernel's "
-                                  "launch configuration and keeps the fastest (minutes more compiling; sums may "
-                                  "round differently)", choices=COMPILE_TUNINGS, identifies_at_default=False,
-                                  applies=inductor_only)
+    compile_tuning: str = compile_tuning_setting()
     compile_scope: str = setting("model", "model (the whole operator, FFTs included), pointwise (FFTs and spectral "
                                  "products left eager), step (the whole train step with Adam), epoch (step, and "
                                  "CARAML's whole train epoch as its torch.compile(self.train))",

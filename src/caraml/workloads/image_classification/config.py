@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from caraml.kit.compile import COMPILE_MODES, COMPILE_TUNINGS, inductor_only
+from caraml.kit.compile import COMPILE_MODES, compile_tuning_setting, inductor_only
 from caraml.kit.optim import KERNELS
 from caraml.params import setting
 
@@ -58,10 +58,7 @@ class ClassificationConfig:
                            headline=True)
     compile_mode: str = setting("default", "torch.compile mode for compile=inductor", choices=COMPILE_MODES,
                                 headline=True, applies=inductor_only)
-    compile_tuning: str = setting("none", "compile=inductor: coordinate-descent times each generated kernel's "
-                                  "launch configuration and keeps the fastest (minutes more compiling; sums may "
-                                  "round differently)", choices=COMPILE_TUNINGS, identifies_at_default=False,
-                                  applies=inductor_only)
+    compile_tuning: str = compile_tuning_setting()
     compile_scope: str = setting("model", "compile the model, or the whole train step", choices=COMPILE_SCOPES)
     channels_last: bool = setting(False, "NHWC memory format for model and inputs", headline=True)
     data: str = setting("synthetic-host", "synthetic-host (DataLoader, workers, pinned memory) or synthetic-device",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from caraml.kit.compile import COMPILE_TUNINGS, inductor_only
+from caraml.kit.compile import compile_tuning_setting
 from caraml.params import setting
 from caraml.workloads.llm_training.caraml_log import CONVENTIONS, LOG_INTERVAL
 from caraml.workloads.llm_training.engine_names import INSTALL, NAMES, SPECS
@@ -138,10 +138,7 @@ class ComputeConfig:
                            "graph)", choices=COMPILERS, headline=True,
                            value_aliases=(("on", "inductor"), ("true", "inductor"), ("off", "none"),
                                           ("false", "none")))
-    compile_tuning: str = setting("none", "compile=inductor: coordinate-descent times each generated kernel's "
-                                  "launch configuration and keeps the fastest (minutes more compiling; sums may "
-                                  "round differently)", choices=COMPILE_TUNINGS, identifies_at_default=False,
-                                  applies=inductor_only)
+    compile_tuning: str = compile_tuning_setting()
     attention: str = setting("auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
                              choices=("auto", "cudnn", "flash", "efficient", "math"))
     compile_scope: str = setting("model", "model: forward and loss as one graph (head and cross-entropy fused), "
