@@ -134,3 +134,12 @@ def test_self_check_runs_a_knob_point_end_to_end_on_the_cpu(tmp_path):
     with gzip.open(tmp_path / "trace-cudnn_all_algos.json.gz", "rt") as trace:
         assert "traceEvents" in json.load(trace)
     assert "cudnn_all_algos" in proc.stdout and "x base" in proc.stdout
+
+
+def test_each_caraml_point_and_its_plain_twin_train_the_same_way():
+    """The pairs whose ratio the bench states: the plain loop's flags spell the caraml point's parameters."""
+    by = {p.name: p for p in ic.VS_PLAIN.points}
+    for caraml_name, plain_name in ic.VS_PLAIN_PAIRS:
+        assert ic.plain_as_params(by[plain_name].knobs["plain_loop"]) == set(by[caraml_name].params), caraml_name
+    assert ic.plain_as_params(["--compile", "--mode", "reduce-overhead", "--steps", "9"]) == {
+        "compile=inductor", "compile_mode=reduce-overhead"}

@@ -1,7 +1,8 @@
 """The image-classification comparisons' points and tables (bench/ic_bench.py, bench/ic_group.py), as data.
 
 resnet50-vs-plain: `caraml run` against a plain training loop (bench/plain_loop.py) at the same settings, the
-harness's own overhead; a point with knobs {"plain_loop": [...]} is the plain loop with those arguments.
+harness's own overhead; a point with knobs {"plain_loop": [...]} is the plain loop with those arguments. Each pair of
+VS_PLAIN_PAIRS is the same training (`plain_as_params` spells the plain loop's flags as caraml's parameters).
 
 resnet50-attempts (formerly issue23): where the rest of the way from caraml's ResNet50 (the baseline's
 6,762-6,963 images/s on the H200, 7,428 at best) to MLPerf's ≈ 7,950 per H200 goes; every point is its own process
@@ -32,6 +33,7 @@ VS_PLAIN_COMMON = ("model=resnet50", "batch_size=256", "precision=bf16", "channe
                    "device=cuda", "warmup_steps=15", "measure_steps=150")
 _AUTOTUNE, _NOCG = "compile_mode=max-autotune", "compile_mode=max-autotune-no-cudagraphs"
 _RO = "compile_mode=reduce-overhead"
+_PLAIN_RO_FUSED = ("--compile", "--mode", "reduce-overhead", "--fused-sgd")
 VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the least a point is started with
     Point("plain_eager", knobs={"plain_loop": ["--steps", "150"]}, expect_s=30),
     Point("caraml_eager", ("compile=none",), expect_s=30),
@@ -47,8 +49,35 @@ VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the leas
     Point("caraml_reduce_overhead_fused", ("compile=inductor", _RO, "sgd_impl=fused"), expect_s=30),
     Point("caraml_max_autotune_fused", ("compile=inductor", _AUTOTUNE, "sgd_impl=fused"), expect_s=30),
     Point("caraml_max_autotune_nocg_fused", ("compile=inductor", _NOCG, "sgd_impl=fused"), expect_s=30),
+    # the best settings' twins, only when named: reduce-overhead with the fused SGD, untuned and with inductor's
+    # coordinate-descent tuning. The tuned compile takes minutes cold (ResNet50's first step: 253-290 s); the twin
+    # named after it finds its kernels' tuning in inductor's caches (a first step of 87 s on the H200).
+    Point("caraml_tuned", ("compile=inductor", _RO, "sgd_impl=fused", "compile_tuning=coordinate-descent"),
+          expect_s=320, by_default=False),
+    Point("plain_tuned", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--coordinate-descent", "--steps", "150"]},
+          expect_s=120, by_default=False),
+    Point("plain_reduce_overhead_fused", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--steps", "150"]}, expect_s=90,
+          by_default=False),
 ))
-VS_PLAIN_PAIRS = (("caraml_eager", "plain_eager"), ("caraml_compiled", "plain_compiled"))
+VS_PLAIN_PAIRS = (("caraml_eager", "plain_eager"), ("caraml_compiled", "plain_compiled"),
+                  ("caraml_reduce_overhead_fused", "plain_reduce_overhead_fused"), ("caraml_tuned", "plain_tuned"))
+# bench/plain_loop.py's flags as caraml's parameters (its other settings are VS_PLAIN_COMMON's)
+_PLAIN_FLAGS = {"--compile": "compile=inductor", "--mode": "compile_mode", "--fused-sgd": "sgd_impl=fused",
+                "--coordinate-descent": "compile_tuning=coordinate-descent"}
+
+
+def plain_as_params(args: list[str]) -> set[str]:
+    """The plain loop's arguments (a point's knobs["plain_loop"]) as the caraml parameters of the same training."""
+    params, args = (set() if "--compile" in args else {"compile=none"}), list(args)
+    while args:
+        flag = args.pop(0)
+        if flag == "--steps":
+            args.pop(0)
+        elif flag == "--mode":
+            params.add(f"{_PLAIN_FLAGS[flag]}={args.pop(0)}")
+        else:
+            params.add(_PLAIN_FLAGS[flag])
+    return params
 VS_PLAIN_COLUMNS = (
     Column("point", 30, "s", "name"), Column("status", 8, "s", "status", cut=True),
     Column("img/s", 8, ".0f", "images_per_s"),
