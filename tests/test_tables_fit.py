@@ -346,3 +346,17 @@ def test_a_column_of_two_sources_keeps_a_first_value_of_zero():
     without = record("image_classification", "A100", {"retries_asked": 3}, 100.0)
     assert [column.get(p) for p in group([with_zero])] == [0]
     assert [column.get(p) for p in group([without])] == [3]
+
+
+def test_a_tuned_compile_and_an_untuned_one_are_told_apart_in_the_table(tmp_path):
+    """compile_tuning stays out of the configuration id at its default: a record without it and a tuned one
+    still differ in a column of their own."""
+    results = tmp_path / "r"
+    a, b = image("H100", 64, "bf16", 2500.0), image("H100", 64, "bf16", 2600.0, started="2026-12-01T11:00:00+00:00")
+    b["params"]["compile_tuning"] = "coordinate-descent"
+    b["id"] = a["id"] + "-tuned"
+    write(results, a)
+    write(results, b)
+    rows = json.loads(cli("result", "--results", results, "--format", "rows-json", check=0).stdout)
+    assert sorted(str(r.get("compile_tuning")) for r in rows) == ["None", "coordinate-descent"]
+    assert "coordinate-descent" in cli("result", "--results", results, check=0).stdout
