@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from conftest import run_cli
 
 from caraml import params, systems
 from caraml.campaign import expr, state, sweep
-from caraml.errors import BadInput
+from caraml.errors import BadInput, missing_package
 
 ID = lambda value: repr(value)[-40:]  # noqa: E731 (test ids: the end of a long input says what it is)
 SUITE = """
@@ -259,6 +260,26 @@ def test_run_refusals_that_need_torch_are_one_line_exit_2(tmp_path, capsys, args
     assert "Traceback" not in err
     assert len([line for line in lines if line.startswith("caraml")]) == 1
     assert not (results / "runs").exists() or not list((results / "runs").glob("*.json"))
+
+
+def test_a_package_that_is_not_installed_is_one_line_naming_what_to_install(tmp_path, capsys, monkeypatch):
+    """A source tree run by an interpreter without torchvision (the model check imports it)."""
+    from caraml.workloads.image_classification.config import classification_models
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision: ModuleNotFoundError
+    classification_models.cache_clear()
+    try:
+        code, _, err = run_cli(capsys, "run", "image_classification", "--preset", "smoke", "--results",
+                               tmp_path / "results")
+    finally:
+        classification_models.cache_clear()
+    assert code == 2 and "Python package torchvision" in one_line(err) and "pip install torchvision" in err
+    assert not list(tmp_path.glob("results/runs/*.json"))
+
+
+def test_a_missing_module_of_caramls_own_is_a_bug_and_keeps_its_traceback():
+    assert missing_package(ModuleNotFoundError("no", name="caraml.nothing")) is None
+    assert "pip install nvidia-ml-py" in missing_package(ModuleNotFoundError("no", name="pynvml"))
 
 
 @pytest.mark.multiprocess

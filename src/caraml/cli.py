@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from caraml import distributed
-from caraml.errors import BadInput, printable, shown
+from caraml.errors import BadInput, missing_package, printable, shown
 
 DEFAULT_RESULTS = "caraml-results"
 
@@ -263,10 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `caraml result | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
-    except Exception:
-        if not distributed.group_started():
+    except Exception as exc:
+        missing = missing_package(exc) if isinstance(exc, ModuleNotFoundError) else None
+        if missing:  # an install to make, said in one line
+            print(f"caraml: error: {missing}", file=sys.stderr)
+            code = 2
+        elif not distributed.group_started():
             raise
-        traceback.print_exc()  # said as Python would, then ended by end_rank: not through the interpreter's teardown
-        code = 1
+        else:  # said as Python would, then ended by end_rank: not through the interpreter's teardown
+            traceback.print_exc()
+            code = 1
     distributed.end_rank(code)  # a process with a process group (a rank) ends here, its output flushed
     return code

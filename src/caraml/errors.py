@@ -1,6 +1,9 @@
 """The one exception type for bad input: the CLI prints its message as one line and exits 2."""
 
+from __future__ import annotations
+
 import re
+import sys
 from functools import lru_cache
 
 SHOWN_CHARS = 200  # how much of a user's value an error message quotes
@@ -8,6 +11,20 @@ SHOWN_CHARS = 200  # how much of a user's value an error message quotes
 
 class BadInput(Exception):
     """Input the user can fix: an unknown key, a value of the wrong type, a missing device feature."""
+
+
+# pip's names of the packages whose import names differ from them
+_PIP_NAMES = {"pynvml": "nvidia-ml-py", "yaml": "pyyaml", "megatron": "megatron-core", "liger_kernel": "liger-kernel"}
+
+
+def missing_package(exc: ModuleNotFoundError) -> str | None:
+    """What to install, in one line, where a package this command imports is not installed (a source tree run by a
+    bare interpreter, a venv without the extras); None for a module of caraml's own, which is a bug, not an install."""
+    top = (exc.name or "").partition(".")[0]
+    if not top or top == "caraml":
+        return None
+    pip = _PIP_NAMES.get(top, top)
+    return f"this needs the Python package {pip}, which {sys.executable} cannot import: pip install {pip}"
 
 
 def shown(value, limit: int = SHOWN_CHARS) -> str:
