@@ -116,7 +116,8 @@ def test_a_point_measured_twice_in_a_run_is_reused(tmp_path):
     assert gpu.calls.count("fp8_800m/bf16@16") == 1 and "levers/plain" not in gpu.calls
     assert by["levers/plain"]["reused_from"] == "fp8_800m/bf16@16"
     assert [n for n in gpu.calls if n.startswith("levers/")] == ["levers/fused_loss", "levers/fused_norm_residual",
-                                                                 "levers/gelu_epilogue", "levers/compile_tuning"]
+                                                                 "levers/gelu_epilogue", "levers/compile_mode",
+                                                                 "levers/compile_tuning"]
 
 
 def test_the_loss_and_fast_accumulation_summaries(tmp_path, gpu):
@@ -146,13 +147,17 @@ def test_the_loss_group_runs_a_bf16_control_in_two_micro_batches_within_its_budg
     assert sum(j.need_s(20) for j in jobs) <= 330
 
 
-def test_the_tuned_lever_runs_last_and_asks_for_its_compile_time(tmp_path):
-    """compile_tuning's compile takes minutes: it runs after every other point (late) and starts only with its
-    tuning's seconds left, so that it neither eats the others' budget nor dies compiling."""
+def test_the_compile_levers_run_last_and_ask_for_their_compile_time(tmp_path):
+    """compile_mode's autotuning and compile_tuning's tuning take minutes to compile: they run after every other
+    point (late) and start only with their seconds left, so that they neither eat the others' budget nor die
+    compiling."""
     jobs = {j.label: j for j in _jobs("levers", tmp_path)}
-    tuned, chunked = jobs["compile_tuning"], jobs["fused_loss"]
-    assert tuned.late and not chunked.late and "compile_tuning=coordinate-descent" in tuned.settings
-    assert tuned.need_s(20) == chunked.need_s(20) + llm_groups.NEED_S["tuned"]
+    chunked = jobs["fused_loss"]
+    for label, setting, key in (("compile_tuning", "compile_tuning=coordinate-descent", "tuned"),
+                                ("compile_mode", "compile_mode=max-autotune-no-cudagraphs", "autotuned")):
+        job = jobs[label]
+        assert job.late and not chunked.late and setting in job.settings
+        assert job.need_s(20) == chunked.need_s(20) + llm_groups.NEED_S[key]
 
 
 def test_the_plain_loop_with_torchao_float8_trains_the_same_model_on_the_cpu():

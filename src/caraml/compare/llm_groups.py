@@ -13,8 +13,8 @@ point's tokens/s is a ratio to its group's base at its micro-batch; a summary ro
     fp8_loss          200 iterations of OSCAR-shaped data, micro-batch 4: bf16 | fp8 | bf16 with each batch in two
                       micro-batches (the noise: rounding alone); each point's mean loss over its last iterations
     levers            micro-batch 16, bf16: plain | fused_loss=chunked | fused_loss=liger | fused_norm_residual |
-                      gelu_epilogue (by expected gain) | compile_tuning=coordinate-descent (last: minutes of
-                      compiling)
+                      gelu_epilogue (by expected gain) | compile_mode=max-autotune-no-cudagraphs |
+                      compile_tuning=coordinate-descent (the last two late: minutes of compiling)
 
 The points themselves are the caller's (`points`: caraml_point, plain_fp8_point, data_prefix, liger_problem), so
 that the scheduling and the arithmetic here run without a GPU.
@@ -36,16 +36,21 @@ SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, 
 # fp8_loss: CARAML's peak learning rate (1e-4; LLMSetup.loss_lr), reached by a linear warm-up over 16 iterations
 # instead of CARAML's 216,320 samples (the lr would stay below 4e-7 for all 200) and flat after it.
 LOSS = {"steps": 200, "micro": 4, "lr_warmup_samples": "64"}
-# by expected gain, so that a budget cut loses the least promising; liger only where it imports; the tuning last
-# (late: after every group's other points), its compile takes minutes
+# by expected gain, so that a budget cut loses the least promising; liger only where it imports; the compile
+# levers last (late: after every group's other points), their compiles take minutes: inductor's matrix-product
+# autotuning (not measured yet), then its coordinate-descent tuning (1.002 x on an H100, 2026-12-07)
+AUTOTUNED = "compile_mode=max-autotune-no-cudagraphs"
 TUNED = "compile_tuning=coordinate-descent"
-LEVERS = ("fused_loss=chunked", "fused_loss=liger", "fused_norm_residual=true", "gelu_epilogue=true", TUNED)
+COMPILING = {AUTOTUNED: "autotuned", TUNED: "tuned"}  # each compile lever's key in NEED_S
+LEVERS = ("fused_loss=chunked", "fused_loss=liger", "fused_norm_residual=true", "gelu_epilogue=true", AUTOTUNED,
+          TUNED)
 FP8_POINTS = ("fp8_800m", "fp8_800m_recipes", "fp8_wide", "fp8_loss")
 GROUPS = FP8_POINTS + ("levers",)
 # Seconds a point takes on the H200 (process start, compilation, warm-up, 20 measured steps; the first H200 runs'
 # walls at micro-batch 16: bf16 50, fp8 84): a point starts only while this much of the budget is left.
 NEED_S = {"bf16": 55.0, "fp8": 90.0, "per_doubling": 10.0, "per_extra_step": 0.2,
-          "tuned": 200.0}  # compile_tuning=coordinate-descent: the 800M's point took 201 s against 76 (H100)
+          "tuned": 200.0,  # compile_tuning=coordinate-descent: the 800M's point took 201 s against 76 (H100)
+          "autotuned": 300.0}  # max-autotune-no-cudagraphs: coordinate descent and each product's templates timed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +78,7 @@ class Job:
         doublings = max(0, self.micro.bit_length() - BIG_MICRO.bit_length())
         return (NEED_S["fp8" if self.fp8 else "bf16"] + NEED_S["per_doubling"] * doublings
                 + NEED_S["per_extra_step"] * max(0, (self.steps or steps) - 20)
-                + NEED_S["tuned"] * (TUNED in self.settings))
+                + sum(NEED_S[key] for lever, key in COMPILING.items() if lever in self.settings))
 
 
 def group_jobs(name: str, setup: LLMSetup, points, out: Path) -> list[Job]:
@@ -124,7 +129,7 @@ def _levers(name, setup, points, out):
     levers = [lever for lever in LEVERS if lever != "fused_loss=liger" or not points.liger_problem()]
     return [Job(name, "plain", NONE, setup.big_micro, False, base=True),
             *(Job(name, lever.split("=")[0] if lever != "fused_loss=liger" else "liger", (*NONE, lever),
-                  setup.big_micro, False, late=lever == TUNED) for lever in levers)]
+                  setup.big_micro, False, late=lever in COMPILING) for lever in levers)]
 
 
 _JOBS = {"fp8_800m": _fp8_800m, "fp8_800m_recipes": _fp8_800m_recipes, "fp8_wide": _fp8_wide,

@@ -99,7 +99,8 @@ class GPTBench:
         group across the first and last stage; the parameters trained; forward and loss, compiled or not."""
         self.compile_scope = self._compile_scope()
         compute = self.cfg.compute
-        options = compile_options(compute.compile, tuning=compute.compile_tuning) if self.compile_scope else None
+        options = (compile_options(compute.compile, compute.compile_mode, compute.compile_tuning) if self.compile_scope
+                   else None)
         self.fast = FastPaths(self.cfg.compute, self.device)
         model = parallel.build_stage(self.model_cfg, self.dims, self.plan, self.device, self.seed,
                                      options if self.compile_scope == "block" else None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from caraml.kit.compile import compile_tuning_setting
+from caraml.kit.compile import compile_tuning_setting, inductor_only
 from caraml.params import setting
 from caraml.workloads.llm_training.caraml_log import CONVENTIONS, LOG_INTERVAL
 from caraml.workloads.llm_training.engine_names import INSTALL, NAMES, SPECS
@@ -30,6 +30,9 @@ from caraml.workloads.llm_training.sizes import padded_vocab
 DISTRIBUTED_OPTIMIZERS = ("zero1", "fsdp", "off")
 CARAML_CONFIGS = ("none", "2024", "2025")
 COMPILERS = ("none", "inductor")
+# torch.compile's modes without CUDA graphs: an iteration is hundreds of milliseconds of large kernels, where fewer
+# launches gain nothing; max-autotune-no-cudagraphs benchmarks Triton templates against cuBLAS for each product
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 # the former boolean distributed_optimizer: on meant FSDP2
 _ON_OFF_FSDP = tuple((v, "fsdp") for v in ("true", "on", "yes", "1")) + tuple((v, "off") for v in
                                                                                 ("false", "no", "0"))
@@ -138,6 +141,10 @@ class ComputeConfig:
                            "graph)", choices=COMPILERS, headline=True,
                            value_aliases=(("on", "inductor"), ("true", "inductor"), ("off", "none"),
                                           ("false", "none")))
+    compile_mode: str = setting("default", "torch.compile mode for compile=inductor: max-autotune-no-cudagraphs "
+                                "times Triton's matrix-product templates against cuBLAS for each shape and keeps the "
+                                "fastest (minutes more compiling; sums may round differently)", choices=COMPILE_MODES,
+                                identifies_at_default=False, applies=inductor_only)
     compile_tuning: str = compile_tuning_setting()
     attention: str = setting("auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
                              choices=("auto", "cudnn", "flash", "efficient", "math"))
