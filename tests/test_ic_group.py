@@ -141,5 +141,5 @@ def test_each_caraml_point_and_its_plain_twin_train_the_same_way():
     by = {p.name: p for p in ic.VS_PLAIN.points}
     for caraml_name, plain_name in ic.VS_PLAIN_PAIRS:
         assert ic.plain_as_params(by[plain_name].knobs["plain_loop"]) == set(by[caraml_name].params), caraml_name
-    assert ic.plain_as_params(["--compile", "--mode", "reduce-overhead", "--steps", "9"]) == {
-        "compile=inductor", "compile_mode=reduce-overhead"}
+    assert ic.plain_as_params(["--compile", "--mode", "reduce-overhead", "--steps", "9", "--batch", "512"]) == {
+        "compile=inductor", "compile_mode=reduce-overhead", "batch_size=512"}

@@ -62,9 +62,11 @@ VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the leas
 ))
 VS_PLAIN_PAIRS = (("caraml_eager", "plain_eager"), ("caraml_compiled", "plain_compiled"),
                   ("caraml_reduce_overhead_fused", "plain_reduce_overhead_fused"), ("caraml_tuned", "plain_tuned"))
-# bench/plain_loop.py's flags as caraml's parameters (its other settings are VS_PLAIN_COMMON's)
-_PLAIN_FLAGS = {"--compile": "compile=inductor", "--mode": "compile_mode", "--fused-sgd": "sgd_impl=fused",
+# bench/plain_loop.py's flags as caraml's parameters (its other settings are VS_PLAIN_COMMON's): a switch's
+# parameter, or the parameter a value flag sets; --steps and --warmup say how long it is timed, not what it trains
+_PLAIN_FLAGS = {"--compile": "compile=inductor", "--fused-sgd": "sgd_impl=fused",
                 "--coordinate-descent": "compile_tuning=coordinate-descent"}
+_PLAIN_VALUES = {"--mode": "compile_mode", "--batch": "batch_size", "--steps": None, "--warmup": None}
 
 
 def plain_as_params(args: list[str]) -> set[str]:
@@ -72,10 +74,10 @@ def plain_as_params(args: list[str]) -> set[str]:
     params, args = (set() if "--compile" in args else {"compile=none"}), list(args)
     while args:
         flag = args.pop(0)
-        if flag == "--steps":
-            args.pop(0)
-        elif flag == "--mode":
-            params.add(f"{_PLAIN_FLAGS[flag]}={args.pop(0)}")
+        if flag in _PLAIN_VALUES:
+            value = args.pop(0)
+            if _PLAIN_VALUES[flag]:
+                params.add(f"{_PLAIN_VALUES[flag]}={value}")
         else:
             params.add(_PLAIN_FLAGS[flag])
     return params
