@@ -91,7 +91,7 @@ def main(argv: list) -> int:
         return ic_group.main(argv)
     args = parse(argv)
     try:
-        points = select(ic.VS_PLAIN, args.only or ",".join(ic.VS_PLAIN.names()))
+        points = select(ic.VS_PLAIN, args.only)  # without --only: the default points (not those run only when named)
     except BadInput as problem:
         return refuse("ic_bench", problem)
     out = Path(args.out or os.environ.get("OUT") or "bench-out")

@@ -23,7 +23,10 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--batch", type=int, default=256)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.coordinate_descent and not args.compile:
+        parser.error("--coordinate-descent tunes what inductor compiles: give --compile too")
+    return args
 
 
 def training_step(args: argparse.Namespace):

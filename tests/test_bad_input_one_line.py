@@ -277,9 +277,22 @@ def test_a_package_that_is_not_installed_is_one_line_naming_what_to_install(tmp_
     assert not list(tmp_path.glob("results/runs/*.json"))
 
 
-def test_a_missing_module_of_caramls_own_is_a_bug_and_keeps_its_traceback():
-    assert missing_package(ModuleNotFoundError("no", name="caraml.nothing")) is None
+def test_only_a_package_that_is_not_there_is_an_install_to_make(monkeypatch):
+    """A missing module of caraml's own, of the standard library or inside an installed package (a version that
+    does not match) is no install: it keeps its traceback."""
+    from caraml import cli
+
+    for name in ("caraml.nothing", "torch.nothing", "_lzma"):
+        assert missing_package(ModuleNotFoundError("no", name=name)) is None, name
     assert "pip install nvidia-ml-py" in missing_package(ModuleNotFoundError("no", name="pynvml"))
+    assert "pip install 'caraml[fp8]'" in missing_package(ModuleNotFoundError("no", name="torchao"))
+
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'caraml.nothing'", name="caraml.nothing")
+
+    monkeypatch.setattr(cli, "_systems", broken)  # the command `caraml systems` runs
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["systems"])
 
 
 @pytest.mark.multiprocess

@@ -138,8 +138,15 @@ def test_self_check_runs_a_knob_point_end_to_end_on_the_cpu(tmp_path):
 
 def test_each_caraml_point_and_its_plain_twin_train_the_same_way():
     """The pairs whose ratio the bench states: the plain loop's flags spell the caraml point's parameters."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import plain_loop
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
     by = {p.name: p for p in ic.VS_PLAIN.points}
     for caraml_name, plain_name in ic.VS_PLAIN_PAIRS:
-        assert ic.plain_as_params(by[plain_name].knobs["plain_loop"]) == set(by[caraml_name].params), caraml_name
+        args = by[plain_name].knobs["plain_loop"]
+        plain_loop.parse(args)  # flags the plain loop takes (argparse exits on one it does not)
+        assert ic.plain_as_params(args) == set(by[caraml_name].params), caraml_name
     assert ic.plain_as_params(["--compile", "--mode", "reduce-overhead", "--steps", "9", "--batch", "512"]) == {
         "compile=inductor", "compile_mode=reduce-overhead", "batch_size=512"}

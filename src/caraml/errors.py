@@ -1,4 +1,4 @@
-"""The one exception type for bad input: the CLI prints its message as one line and exits 2."""
+"""Bad input and what is missing to run: the CLI prints either as one line and exits 2."""
 
 from __future__ import annotations
 
@@ -13,18 +13,21 @@ class BadInput(Exception):
     """Input the user can fix: an unknown key, a value of the wrong type, a missing device feature."""
 
 
-# pip's names of the packages whose import names differ from them
-_PIP_NAMES = {"pynvml": "nvidia-ml-py", "yaml": "pyyaml", "megatron": "megatron-core", "liger_kernel": "liger-kernel"}
+# what pip installs for an import name where the two differ: the package, or caraml's extra that pins it
+_INSTALLS = {"pynvml": "nvidia-ml-py", "yaml": "pyyaml", "PIL": "pillow", "neuralop": "neuraloperator",
+             "liger_kernel": "liger-kernel", "megatron": "'caraml[megatron]'", "torchao": "'caraml[fp8]'",
+             "h5py": "'caraml[hdf5]'"}
 
 
 def missing_package(exc: ModuleNotFoundError) -> str | None:
     """What to install, in one line, where a package this command imports is not installed (a source tree run by a
-    bare interpreter, a venv without the extras); None for a module of caraml's own, which is a bug, not an install."""
+    bare interpreter, a venv without the extras). None where the package is there but a module of it is not (a
+    version that does not match), for the standard library's and caraml's own modules: those are no install."""
     top = (exc.name or "").partition(".")[0]
-    if not top or top == "caraml":
+    if not top or exc.name != top or top == "caraml" or top in getattr(sys, "stdlib_module_names", ()):
         return None
-    pip = _PIP_NAMES.get(top, top)
-    return f"this needs the Python package {pip}, which {sys.executable} cannot import: pip install {pip}"
+    return (f"this needs the Python package {top}, which {sys.executable} cannot import: "
+            f"pip install {_INSTALLS.get(top, top)}")
 
 
 def shown(value, limit: int = SHOWN_CHARS) -> str:

@@ -81,6 +81,8 @@ def plain_as_params(args: list[str]) -> set[str]:
         else:
             params.add(_PLAIN_FLAGS[flag])
     return params
+
+
 VS_PLAIN_COLUMNS = (
     Column("point", 30, "s", "name"), Column("status", 8, "s", "status", cut=True),
     Column("img/s", 8, ".0f", "images_per_s"),

@@ -38,7 +38,8 @@ SELF_CHECK_WIDE = {"model_size": "custom", "num_layers": 2, "hidden_size": 128, 
 LOSS = {"steps": 200, "micro": 4, "lr_warmup_samples": "64"}
 # by expected gain, so that a budget cut loses the least promising; liger only where it imports; the compile
 # levers last (late: after every group's other points), their compiles take minutes: inductor's matrix-product
-# autotuning (not measured yet), then its coordinate-descent tuning (1.002 x on an H100, 2026-12-07)
+# autotuning (unmeasured), then its coordinate-descent tuning (1.002 x on an H100, 2026-12-07; after the autotuning
+# its compile finds the tuning of the kernels both share in inductor's caches)
 AUTOTUNED = "compile_mode=max-autotune-no-cudagraphs"
 TUNED = "compile_tuning=coordinate-descent"
 COMPILING = {AUTOTUNED: "autotuned", TUNED: "tuned"}  # each compile lever's key in NEED_S
@@ -50,7 +51,7 @@ GROUPS = FP8_POINTS + ("levers",)
 # walls at micro-batch 16: bf16 50, fp8 84): a point starts only while this much of the budget is left.
 NEED_S = {"bf16": 55.0, "fp8": 90.0, "per_doubling": 10.0, "per_extra_step": 0.2,
           "tuned": 200.0,  # compile_tuning=coordinate-descent: the 800M's point took 201 s against 76 (H100)
-          "autotuned": 300.0}  # max-autotune-no-cudagraphs: coordinate descent and each product's templates timed
+          "autotuned": 300.0}  # max-autotune-no-cudagraphs (a guess: unmeasured): the tuning and each product timed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ CARAML_CONFIGS = ("none", "2024", "2025")
 COMPILERS = ("none", "inductor")
 # torch.compile's modes without CUDA graphs: an iteration is hundreds of milliseconds of large kernels, where fewer
 # launches gain nothing; max-autotune-no-cudagraphs benchmarks Triton templates against cuBLAS for each product
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+GPT_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 # the former boolean distributed_optimizer: on meant FSDP2
 _ON_OFF_FSDP = tuple((v, "fsdp") for v in ("true", "on", "yes", "1")) + tuple((v, "off") for v in
                                                                                 ("false", "no", "0"))
@@ -143,7 +143,8 @@ class ComputeConfig:
                                           ("false", "none")))
     compile_mode: str = setting("default", "torch.compile mode for compile=inductor: max-autotune-no-cudagraphs "
                                 "times Triton's matrix-product templates against cuBLAS for each shape and keeps the "
-                                "fastest (minutes more compiling; sums may round differently)", choices=COMPILE_MODES,
+                                "fastest, with compile_tuning's coordinate descent included (minutes more compiling; "
+                                "sums may round differently)", choices=GPT_COMPILE_MODES,
                                 identifies_at_default=False, applies=inductor_only)
     compile_tuning: str = compile_tuning_setting()
     attention: str = setting("auto", "SDPA kernel preferred: auto (PyTorch's choice), cudnn, flash, efficient, math",
