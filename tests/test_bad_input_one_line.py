@@ -282,7 +282,8 @@ def test_only_a_package_that_is_not_there_is_an_install_to_make(monkeypatch):
     does not match) is no install: it keeps its traceback."""
     from caraml import cli
 
-    for name in ("caraml.nothing", "torch.nothing", "_lzma"):
+    stdlib = ("_lzma",) if hasattr(sys, "stdlib_module_names") else ()  # Python >= 3.10 lists its own modules
+    for name in ("caraml.nothing", "torch.nothing", *stdlib):
         assert missing_package(ModuleNotFoundError("no", name=name)) is None, name
     assert "pip install nvidia-ml-py" in missing_package(ModuleNotFoundError("no", name="pynvml"))
     assert "pip install 'caraml[fp8]'" in missing_package(ModuleNotFoundError("no", name="torchao"))

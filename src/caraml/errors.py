@@ -22,7 +22,8 @@ _INSTALLS = {"pynvml": "nvidia-ml-py", "yaml": "pyyaml", "PIL": "pillow", "neura
 def missing_package(exc: ModuleNotFoundError) -> str | None:
     """What to install, in one line, where a package this command imports is not installed (a source tree run by a
     bare interpreter, a venv without the extras). None where the package is there but a module of it is not (a
-    version that does not match), for the standard library's and caraml's own modules: those are no install."""
+    version that does not match), for the standard library's (where Python >= 3.10 lists them) and caraml's own
+    modules: those are no install."""
     top = (exc.name or "").partition(".")[0]
     if not top or exc.name != top or top == "caraml" or top in getattr(sys, "stdlib_module_names", ()):
         return None
