@@ -64,6 +64,34 @@ def test_env_manifest():
 
 
 @pytest.mark.subprocess
+def test_the_manifest_names_torchvisions_version_without_importing_it():
+    """Importing torchvision imports dynamo (seconds of every FNO and GPT run's start): the manifest reads the
+    version it would say, local tag and all."""
+    code = ("import sys; from caraml.measure import env; v = env.torchvision_version(); "
+            "before = 'torchvision' in sys.modules; import torchvision; print(before, v == torchvision.__version__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
+    assert proc.stdout.split() == ["False", "True"]
+
+
+def test_torchvisions_version_is_read_from_its_version_file_as_text(tmp_path, monkeypatch):
+    import importlib.machinery
+    import importlib.util
+
+    from caraml.measure import env
+
+    package = tmp_path / "torchvision"
+    package.mkdir()
+    (package / "version.py").write_text("__version__ = '9.9.9+cu999'\nraise SystemExit('never run')\n")
+    spec = importlib.machinery.ModuleSpec("torchvision", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "torchvision" else None)
+    assert env.torchvision_version() == "9.9.9+cu999"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert env.torchvision_version() is None
+
+
+@pytest.mark.subprocess
 def test_result_over_several_records(results):
     for params in (("batch_size=4",), ("batch_size=8", "precision=bf16")):
         caraml("run", "image_classification", "--preset", "smoke", "measure_steps=2", "image_size=32", *params,

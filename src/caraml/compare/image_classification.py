@@ -52,12 +52,13 @@ VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the leas
     Point("caraml_max_autotune_nocg_fused", ("compile=inductor", _NOCG, "sgd_impl=fused"), expect_s=30),
     # the best settings' twins, only when named: reduce-overhead with the fused SGD, untuned and with inductor's
     # coordinate-descent tuning. The tuned compile takes minutes cold (ResNet50's first step: 253-290 s); the twin
-    # named after it finds its kernels' tuning in inductor's caches (a first step of 87 s on the H200).
+    # named after it finds much of its kernels' tuning in inductor's caches: 175 s in all after caraml_tuned on an
+    # H100 (85 s with both caches warm), 68 s for plain_reduce_overhead_fused cold.
     Point("caraml_tuned", ("compile=inductor", _RO, "sgd_impl=fused", "compile_tuning=coordinate-descent"),
-          expect_s=320, by_default=False),
+          expect_s=360, by_default=False),
     Point("plain_tuned", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--coordinate-descent", "--steps", "150"]},
-          expect_s=100, by_default=False),
-    Point("plain_reduce_overhead_fused", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--steps", "150"]}, expect_s=90,
+          expect_s=180, by_default=False),
+    Point("plain_reduce_overhead_fused", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--steps", "150"]}, expect_s=75,
           by_default=False),
 ))
 VS_PLAIN_PAIRS = (("caraml_eager", "plain_eager"), ("caraml_compiled", "plain_compiled"),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import platform
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import caraml
@@ -66,6 +70,23 @@ def _nvml_devices() -> tuple[str | None, list[dict]]:
         pynvml.nvmlShutdown()
 
 
+def torchvision_version() -> str | None:
+    """torchvision's version as it says it (0.29.1+cu130), without importing it where the run did not: importing
+    torchvision imports dynamo, seconds of every FNO and GPT run's start. Its version.py is read as text (running it
+    imports the package); the installed metadata (no local tag: 0.29.1) where that file says no version."""
+    if "torchvision" in sys.modules:
+        return sys.modules["torchvision"].__version__
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        return found.group(1) if found else importlib.metadata.version("torchvision")
+    except (OSError, importlib.metadata.PackageNotFoundError):
+        return None
+
+
 def collect() -> dict:
     """Versions, devices, driver, host, git commit, SLURM job and container."""
     import torch
@@ -82,12 +103,7 @@ def collect() -> dict:
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
     }
-    try:
-        import torchvision
-
-        manifest["torchvision"] = torchvision.__version__
-    except ImportError:
-        manifest["torchvision"] = None
+    manifest["torchvision"] = torchvision_version()
     if torch.backends.cudnn.is_available():
         manifest["cudnn"] = torch.backends.cudnn.version()
     if torch.cuda.is_available():
