@@ -16,6 +16,7 @@ from caraml.results.record import validate
 pytestmark = pytest.mark.subprocess  # every test here runs `caraml run`
 
 SMOKE = ("run", "image_classification", "--preset", "smoke")
+KILL_WAIT_S = 30  # SLURM's default KillWait: SIGKILL this long after SIGTERM; the record must be saved before
 
 
 def run_json(results, *params, check=0, timeout=HANG_S):
@@ -144,6 +145,31 @@ def test_signal_during_measurement_keeps_what_was_measured(results, sig, inherit
     assert record["metrics"]["measured_steps"] > 0
     assert record["metrics"]["throughput"]["value"] > 0
     assert records_in(results)[0]["status"] == "interrupted"
+
+
+# `caraml run` with a thread the run leaves working, as inductor's compile threads are after a stop mid-compile
+# (a queue of kernels: 15-21 s after a stop during max-autotune on the CPU): the interpreter's exit would join it.
+LEFT_WORKING = """
+import threading, time
+from caraml.cli import main
+threading.Thread(target=time.sleep, args=(300,), name="still-compiling").start()
+raise SystemExit(main())
+"""
+
+
+def test_a_stopped_run_ends_once_its_record_is_saved_not_when_its_threads_do(results):
+    proc = subprocess.Popen([sys.executable, "-c", LEFT_WORKING, *SMOKE, "measure_steps=100000", "--results",
+                             str(results), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env())
+    seen = read_stderr_until(proc, "caraml: measuring")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running {KILL_WAIT_S} s after its stop: its exit waited for the thread\n{seen}")
+    assert proc.returncode == 1, seen + err
+    assert json.loads(out)["status"] == "interrupted" and records_in(results)[0]["status"] == "interrupted"
 
 
 @pytest.mark.multiprocess
@@ -346,9 +372,6 @@ def test_sigterm_during_start_up_leaves_a_record(results, delay):
     record = json.loads(out)
     assert record["status"] == "interrupted" and record["error"].startswith("stopped by SIGTERM during setup")
     assert records_in(results)[0]["run_id"] == record["run_id"]
-
-
-KILL_WAIT_S = 30  # SLURM's default KillWait: SIGKILL this long after SIGTERM; the record must be saved before
 
 
 def test_a_stop_during_a_cold_compile_leaves_an_interrupted_record_within_slurms_kill_wait(results, tmp_path):

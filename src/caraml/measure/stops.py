@@ -13,10 +13,16 @@ import signal
 STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None),
                                  getattr(signal, "SIGHUP", None)) if s)
 _early: list[str] = []  # signals caught before a StopRequested took over
+_taken: list[str] = []  # signals a StopRequested took
 
 
 def _remember(signum, _frame):
     _early.append(signal.Signals(signum).name)
+
+
+def stop_came() -> bool:
+    """Whether a stop signal came to this process, before a run's StopRequested took over or while it held."""
+    return bool(_early or _taken)
 
 
 def catch_early() -> None:
@@ -57,6 +63,7 @@ class StopRequested:
     def _handle(self, signum, _frame):
         again = self.signal is not None
         self.signal = self.signal or signal.Signals(signum).name
+        _taken.append(signal.Signals(signum).name)
         if again or self._at_once:
             raise KeyboardInterrupt
 
