@@ -67,7 +67,7 @@ def test_env_manifest():
 def test_the_manifest_names_torchvisions_version_without_importing_it():
     """Importing torchvision imports dynamo (seconds of every FNO and GPT run's start): the manifest reads the
     version it would say, local tag and all."""
-    code = ("import sys; from caraml.measure import env; v = env.torchvision_version(); "
+    code = ("import sys; from caraml.measure import env; v = env.collect()['torchvision']; "
             "before = 'torchvision' in sys.modules; import torchvision; print(before, v == torchvision.__version__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
     assert proc.stdout.split() == ["False", "True"]
@@ -88,6 +88,8 @@ def test_torchvisions_version_is_read_from_its_version_file_as_text(tmp_path, mo
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "torchvision" else None)
     assert env.torchvision_version() == "9.9.9+cu999"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert env.torchvision_version() is None
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # blocked: as not installed
     assert env.torchvision_version() is None
 
 

@@ -47,7 +47,7 @@ VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the leas
     Point("caraml_eager_power_off", ("compile=none", "power=off"), expect_s=30),
     Point("caraml_eager_fused", ("compile=none", "sgd_impl=fused"), expect_s=30),
     Point("caraml_compiled_fused", ("compile=inductor", "sgd_impl=fused"), expect_s=30),
-    Point("caraml_reduce_overhead_fused", ("compile=inductor", _RO, "sgd_impl=fused"), expect_s=30),
+    Point("caraml_reduce_overhead_fused", ("compile=inductor", _RO, "sgd_impl=fused"), expect_s=75),  # 68 s cold
     Point("caraml_max_autotune_fused", ("compile=inductor", _AUTOTUNE, "sgd_impl=fused"), expect_s=30),
     Point("caraml_max_autotune_nocg_fused", ("compile=inductor", _NOCG, "sgd_impl=fused"), expect_s=30),
     # the best settings' twins, only when named: reduce-overhead with the fused SGD, untuned and with inductor's
@@ -55,7 +55,7 @@ VS_PLAIN = Group("resnet50-vs-plain", budget_s=560.0, points=(  # 30 s: the leas
     # named after it finds much of its kernels' tuning in inductor's caches: 175 s in all after caraml_tuned on an
     # H100 (85 s with both caches warm), 68 s for plain_reduce_overhead_fused cold.
     Point("caraml_tuned", ("compile=inductor", _RO, "sgd_impl=fused", "compile_tuning=coordinate-descent"),
-          expect_s=360, by_default=False),
+          expect_s=400, by_default=False),
     Point("plain_tuned", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--coordinate-descent", "--steps", "150"]},
           expect_s=180, by_default=False),
     Point("plain_reduce_overhead_fused", knobs={"plain_loop": [*_PLAIN_RO_FUSED, "--steps", "150"]}, expect_s=75,

@@ -74,16 +74,24 @@ def torchvision_version() -> str | None:
     """torchvision's version as it says it (0.29.1+cu130), without importing it where the run did not: importing
     torchvision imports dynamo, seconds of every FNO and GPT run's start. Its version.py is read as text (running it
     imports the package); the installed metadata (no local tag: 0.29.1) where that file says no version."""
-    if "torchvision" in sys.modules:
-        return sys.modules["torchvision"].__version__
-    spec = importlib.util.find_spec("torchvision")
+    if "torchvision" in sys.modules:  # None there: blocked, as not installed
+        return getattr(sys.modules["torchvision"], "__version__", None)
+    try:
+        spec = importlib.util.find_spec("torchvision")
+    except (ImportError, ValueError):
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         return None
     try:
         text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
         found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-        return found.group(1) if found else importlib.metadata.version("torchvision")
-    except (OSError, importlib.metadata.PackageNotFoundError):
+        if found:
+            return found.group(1)
+    except OSError:  # not a plain folder (a zipped install)
+        pass
+    try:
+        return importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 
