@@ -71,8 +71,8 @@ def _nvml_devices() -> tuple[str | None, list[dict]]:
 
 
 def torchvision_version() -> str | None:
-    """torchvision's version as it says it (0.29.1+cu130), without importing it where the run did not: importing
-    torchvision imports dynamo, seconds of every FNO and GPT run's start. Its version.py is read as text (running it
+    """torchvision's version as it says it (0.29.1+cu130), without importing it where the run did not (an FNO or GPT
+    run: 0.2 s, and the whole of dynamo where nothing else imported it). Its version.py is read as text (running it
     imports the package); the installed metadata (no local tag: 0.29.1) where that file says no version."""
     if "torchvision" in sys.modules:  # None there: blocked, as not installed
         return getattr(sys.modules["torchvision"], "__version__", None)
